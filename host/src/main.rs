@@ -1,0 +1,2 @@
+//! The `conclave` binary.
+fn main() {}
