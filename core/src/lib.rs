@@ -4,3 +4,10 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
+
+pub mod election;
+pub mod request;
+pub mod strategy;
+pub mod time;
+pub mod validation;
+pub mod version;
