@@ -1,0 +1,36 @@
+//! Conclave's built-in strategy: Kubernetes' `OldestEmulationVersion`, with a deterministic
+//! tie-break.
+//!
+//! Upstream's rule (KEP-4355): a candidate whose binary or emulation version does not parse is
+//! ineligible; among the rest the lowest emulation version wins, then the lowest binary version,
+//! then the oldest `creationTimestamp`. Versions compare by semver precedence. Unlike upstream, a
+//! full tie is broken by candidate name, so the answer never depends on list order. The plugin also
+//! answers to `MinimumCompatibilityVersion`, the KEP's original name for the rule.
+#![no_std]
+
+use conclave_strategy::prelude::*;
+use conclave_strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};
+
+/// The `OldestEmulationVersion` strategy.
+pub struct OldestEmulationVersion;
+
+impl Strategy for OldestEmulationVersion {
+    const STRATEGIES: &'static [&'static str] =
+        &[OLDEST_EMULATION_VERSION, MINIMUM_COMPATIBILITY_VERSION];
+    const DESCRIPTION: &'static str = "lowest emulation version, then lowest binary version, then \
+         oldest creation time, then name (Kubernetes' built-in rule)";
+
+    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
+        let ranks = request.candidates.iter().filter_map(|c| {
+            OldestEmulationRank::new(
+                &c.name,
+                &c.binary_version,
+                &c.emulation_version,
+                c.creation_time,
+            )
+        });
+        Ok(pick_oldest_emulation_version(ranks).map(ToString::to_string))
+    }
+}
+
+conclave_strategy::export_strategy!(OldestEmulationVersion);

@@ -1,0 +1,281 @@
+//! The SDK for Conclave strategy plugins.
+//!
+//! A strategy decides who leads a Lease. Write one by implementing [`Strategy`] and exporting it
+//! with [`export_strategy!`]; build the crate (a `cdylib`) with
+//! `cargo build --target wasm32-wasip2 --release` and the result is a WebAssembly component that
+//! implements `conclave:strategy@0.1.0` (see `wit/strategy.wit`) and imports nothing but the
+//! host's log.
+//!
+//! ```ignore
+//! #![no_std]
+//! use conclave_strategy::prelude::*;
+//!
+//! struct FirstByName;
+//!
+//! impl Strategy for FirstByName {
+//!     const STRATEGIES: &'static [&'static str] = &["example.com/first-by-name"];
+//!     const DESCRIPTION: &'static str = "elects the candidate whose name sorts first";
+//!
+//!     fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
+//!         Ok(request.candidates.iter().map(|c| &c.name).min().cloned())
+//!     }
+//! }
+//!
+//! conclave_strategy::export_strategy!(FirstByName);
+//! ```
+//!
+//! Plugins are `#![no_std]` with `alloc`: a `std` guest for wasm32-wasip2 imports a dozen WASI
+//! interfaces it never uses, which the host refuses. [`export_strategy!`] supplies what `no_std`
+//! needs on wasm32: a global allocator (dlmalloc), a panic handler that logs the panic and traps,
+//! and the `cabi_realloc` export the component model calls to pass data in.
+#![no_std]
+#![deny(unsafe_code)]
+
+extern crate alloc;
+
+use alloc::string::String;
+
+pub use conclave_core::election::{OldestEmulationRank, pick_oldest_emulation_version};
+pub use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
+pub use conclave_core::strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};
+pub use conclave_core::time::Timestamp;
+/// Semantic versions parsed the way Kubernetes parses them: [`Version::parse_tolerant`] is the rule
+/// the election controller compares with, [`Version::parse_strict`] the one the API server
+/// validates with. Ordering is semver precedence with build metadata ignored.
+pub use conclave_core::version::{PreRelease, Version, VersionError};
+
+/// The generated guest bindings for `wit/strategy.wit`. Authors use [`Strategy`] instead; these are
+/// public for [`export_strategy!`] and for plugins that need the raw WIT types.
+#[allow(unsafe_code, missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "conclave:strategy/strategy",
+        pub_export_macro: true,
+        export_macro_name: "__export_strategy_world",
+        default_bindings_module: "conclave_strategy::bindings",
+    });
+}
+
+pub mod log;
+
+/// What a strategy author writes: the names the strategy answers to, a description, and the rule.
+pub trait Strategy {
+    /// The strategy names this plugin implements, as they appear in `spec.strategy`
+    /// (e.g. `OldestEmulationVersion`, or a domain-prefixed name such as `example.com/priority`).
+    const STRATEGIES: &'static [&'static str];
+
+    /// A one-line description of the rule, shown by `conclave strategy inspect`.
+    const DESCRIPTION: &'static str;
+
+    /// Decides one election.
+    ///
+    /// Return `Ok(Some(name))` with the name of one of `request.candidates`, `Ok(None)` when nobody
+    /// should lead, or `Err(message)` when the strategy cannot decide (for example its settings in
+    /// `request.settings` are invalid). The host rejects any name that is not a candidate's. The
+    /// answer must not depend on the order of `request.candidates`.
+    fn elect(request: &ElectionRequest) -> Result<Option<String>, String>;
+}
+
+/// Everything a plugin usually needs: `use conclave_strategy::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        CandidateView, ElectionRequest, LeaseView, OldestEmulationRank, Strategy, Timestamp,
+        Version, log, pick_oldest_emulation_version,
+    };
+    pub use alloc::borrow::ToOwned;
+    pub use alloc::boxed::Box;
+    pub use alloc::string::{String, ToString};
+    pub use alloc::vec::Vec;
+    pub use alloc::{format, vec};
+}
+
+fn timestamp(micros: Option<i64>) -> Option<Timestamp> {
+    micros.map(Timestamp::from_micros)
+}
+
+impl From<bindings::Candidate> for CandidateView {
+    fn from(c: bindings::Candidate) -> Self {
+        Self {
+            name: c.name,
+            binary_version: c.binary_version,
+            emulation_version: c.emulation_version,
+            strategy: c.strategy,
+            creation_time: timestamp(c.creation_time),
+            renew_time: timestamp(c.renew_time),
+            ping_time: timestamp(c.ping_time),
+            labels: c.labels,
+            annotations: c.annotations,
+        }
+    }
+}
+
+impl From<bindings::Lease> for LeaseView {
+    fn from(l: bindings::Lease) -> Self {
+        Self {
+            namespace: l.namespace,
+            name: l.name,
+            holder: l.holder,
+            preferred_holder: l.preferred_holder,
+            strategy: l.strategy,
+            expired: l.expired,
+        }
+    }
+}
+
+/// Converts the WIT request into the plain-data request strategies are written against.
+#[must_use]
+pub fn request_from_wit(request: bindings::ElectionRequest) -> ElectionRequest {
+    ElectionRequest {
+        lease: request.lease.into(),
+        now: Timestamp::from_micros(request.now),
+        settings: request.settings,
+        candidates: request.candidates.into_iter().map(Into::into).collect(),
+    }
+}
+
+/// Support for [`export_strategy!`]; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    use super::{Strategy, bindings};
+    use alloc::string::{String, ToString};
+
+    pub use alloc::string::String as StringType;
+    #[cfg(target_arch = "wasm32")]
+    pub use dlmalloc::GlobalDlmalloc;
+
+    /// The `info` export of a plugin built from `S`.
+    pub fn info<S: Strategy>(version: &str) -> bindings::PluginInfo {
+        bindings::PluginInfo {
+            strategies: S::STRATEGIES.iter().map(ToString::to_string).collect(),
+            description: S::DESCRIPTION.to_string(),
+            version: version.to_string(),
+        }
+    }
+
+    /// The `elect` export of a plugin built from `S`.
+    pub fn elect<S: Strategy>(
+        request: bindings::ElectionRequest,
+    ) -> Result<Option<String>, String> {
+        S::elect(&super::request_from_wit(request))
+    }
+
+    /// Logs a panic through the host's log without allocating (the panic may be an allocation
+    /// failure), then traps so the host sees the call fail.
+    #[cfg(target_arch = "wasm32")]
+    pub fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+        use core::fmt::Write;
+        let mut buffer = crate::log::FixedBuffer::<512>::new();
+        let _ = write!(buffer, "plugin panicked: {info}");
+        crate::log::log(crate::log::Level::Error, buffer.as_str());
+        core::arch::wasm32::unreachable()
+    }
+
+    /// The component model's `cabi_realloc`: the host allocates guest memory through it to pass
+    /// arguments in.
+    ///
+    /// # Safety
+    ///
+    /// Called only by the canonical ABI with a pointer/size/alignment it got from a previous call
+    /// (or null and zero), as the component model specifies.
+    #[cfg(target_arch = "wasm32")]
+    #[allow(unsafe_code)]
+    pub unsafe fn cabi_realloc(
+        old_ptr: *mut u8,
+        old_len: usize,
+        align: usize,
+        new_len: usize,
+    ) -> *mut u8 {
+        use alloc::alloc::{Layout, alloc, realloc};
+        if new_len == 0 {
+            return align as *mut u8;
+        }
+        let ptr = if old_len == 0 {
+            // SAFETY: the canonical ABI passes a power-of-two alignment and a non-zero size.
+            unsafe { alloc(Layout::from_size_align_unchecked(new_len, align)) }
+        } else {
+            // SAFETY: `old_ptr` was returned by this function with this size and alignment.
+            unsafe {
+                realloc(
+                    old_ptr,
+                    Layout::from_size_align_unchecked(old_len, align),
+                    new_len,
+                )
+            }
+        };
+        if ptr.is_null() {
+            core::arch::wasm32::unreachable();
+        }
+        ptr
+    }
+}
+
+// Plugins are no_std, so nothing links wasi-libc for the `memcmp` that `core` calls (string and
+// slice comparison). wasi-libc's `memcmp` is pure computation and imports nothing.
+#[cfg(target_arch = "wasm32")]
+#[link(name = "c")]
+#[allow(unsafe_code)]
+unsafe extern "C" {}
+
+/// Exports a [`Strategy`] as the plugin's `info` and `elect`, and supplies the `no_std` runtime a
+/// wasm32 component needs (allocator, panic handler, `cabi_realloc`). Use it once per plugin crate:
+///
+/// ```ignore
+/// conclave_strategy::export_strategy!(MyStrategy);
+/// ```
+///
+/// The plugin's version in `info` is the plugin crate's `CARGO_PKG_VERSION`.
+#[macro_export]
+macro_rules! export_strategy {
+    ($strategy:ty) => {
+        #[doc(hidden)]
+        pub struct __ConclaveStrategyGuest;
+
+        impl $crate::bindings::Guest for __ConclaveStrategyGuest {
+            fn info() -> $crate::bindings::PluginInfo {
+                $crate::__private::info::<$strategy>(env!("CARGO_PKG_VERSION"))
+            }
+
+            fn elect(
+                request: $crate::bindings::ElectionRequest,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::StringType>,
+                $crate::__private::StringType,
+            > {
+                $crate::__private::elect::<$strategy>(request)
+            }
+        }
+
+        $crate::bindings::__export_strategy_world!(
+            __ConclaveStrategyGuest with_types_in $crate::bindings
+        );
+
+        #[cfg(target_arch = "wasm32")]
+        #[global_allocator]
+        static __CONCLAVE_ALLOCATOR: $crate::__private::GlobalDlmalloc =
+            $crate::__private::GlobalDlmalloc;
+
+        #[cfg(target_arch = "wasm32")]
+        #[panic_handler]
+        fn __conclave_panic(info: &::core::panic::PanicInfo<'_>) -> ! {
+            $crate::__private::panic(info)
+        }
+
+        /// The component model's `cabi_realloc` export.
+        ///
+        /// # Safety
+        ///
+        /// Called only by the canonical ABI.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn cabi_realloc(
+            old_ptr: *mut u8,
+            old_len: usize,
+            align: usize,
+            new_len: usize,
+        ) -> *mut u8 {
+            // SAFETY: forwarded unchanged from the canonical ABI.
+            unsafe { $crate::__private::cabi_realloc(old_ptr, old_len, align, new_len) }
+        }
+    };
+}
