@@ -1,0 +1,174 @@
+//! Fault injection for tests: latency, failing requests, dropped watches, expired history.
+//!
+//! Only reachable in-process through [`crate::RunningEmulator::faults`]; nothing on the HTTP
+//! side can turn faults on.
+
+use crate::status::ApiError;
+use crate::store::Store;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// An API verb, as Kubernetes names it in authorization and audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// GET of one object.
+    Get,
+    /// GET of a collection.
+    List,
+    /// GET of a collection with `watch=true`.
+    Watch,
+    /// POST.
+    Create,
+    /// PUT.
+    Update,
+    /// PATCH (any patch type, including server-side apply).
+    Patch,
+    /// DELETE of one object.
+    Delete,
+    /// DELETE of a collection.
+    DeleteCollection,
+}
+
+/// How an injected failure answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// 500 InternalError.
+    InternalError,
+    /// 429 TooManyRequests with `Retry-After: seconds`.
+    TooManyRequests {
+        /// The Retry-After value, in seconds.
+        retry_after_seconds: u64,
+    },
+}
+
+#[derive(Debug)]
+struct FailRule {
+    verb: Verb,
+    resource: String,
+    remaining: usize,
+    failure: Failure,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    latency: Duration,
+    rules: Vec<FailRule>,
+}
+
+/// The shared fault state plus what it needs to act on watches and history.
+pub(crate) struct FaultsInner {
+    state: Mutex<FaultState>,
+    watches: Mutex<CancellationToken>,
+    store: Arc<Store>,
+}
+
+/// A handle to inject faults into a running emulator. Cloning shares the same faults.
+#[derive(Clone)]
+pub struct Faults {
+    inner: Arc<FaultsInner>,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faults")
+            .field("state", &self.inner.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Faults {
+    pub(crate) fn new(store: Arc<Store>) -> Self {
+        Self {
+            inner: Arc::new(FaultsInner {
+                state: Mutex::new(FaultState::default()),
+                watches: Mutex::new(CancellationToken::new()),
+                store,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Delays every API request by `latency` (zero turns it off).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    /// Fails the next `count` requests with this verb on this resource (plural name, e.g.
+    /// `leases`) with `failure`. Rules for the same verb and resource queue up.
+    pub fn fail_next(&self, verb: Verb, resource: &str, count: usize, failure: Failure) {
+        self.state().rules.push(FailRule {
+            verb,
+            resource: resource.to_string(),
+            remaining: count,
+            failure,
+        });
+    }
+
+    /// Ends every open watch stream now (clients see the connection end and re-watch).
+    pub fn drop_watches(&self) {
+        let mut token = self
+            .inner
+            .watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        token.cancel();
+        *token = CancellationToken::new();
+    }
+
+    /// Forgets the watch history, so the next watch from an older resourceVersion gets 410 Gone.
+    pub fn expire_history(&self) {
+        self.inner.store.expire_history();
+    }
+
+    /// Removes latency and pending failures.
+    pub fn clear(&self) {
+        let mut st = self.state();
+        st.latency = Duration::ZERO;
+        st.rules.clear();
+    }
+
+    /// A token cancelled by the next [`Faults::drop_watches`].
+    pub(crate) fn watch_token(&self) -> CancellationToken {
+        self.inner
+            .watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Applies latency and consumes a matching failure rule, if any.
+    pub(crate) async fn before_request(&self, verb: Verb, resource: &str) -> Result<(), ApiError> {
+        let (latency, failure) = {
+            let mut st = self.state();
+            let failure = st
+                .rules
+                .iter_mut()
+                .find(|r| r.verb == verb && r.resource == resource && r.remaining > 0)
+                .map(|r| {
+                    r.remaining -= 1;
+                    r.failure
+                });
+            st.rules.retain(|r| r.remaining > 0);
+            (st.latency, failure)
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match failure {
+            None => Ok(()),
+            Some(Failure::InternalError) => Err(ApiError::internal(format!(
+                "injected fault for {verb:?} {resource}"
+            ))),
+            Some(Failure::TooManyRequests {
+                retry_after_seconds,
+            }) => Err(ApiError::too_many_requests(retry_after_seconds)),
+        }
+    }
+}

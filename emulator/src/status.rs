@@ -1,0 +1,258 @@
+//! Kubernetes `Status` errors: every failed request is answered with one, carrying the same
+//! reason, code and message text kube-apiserver uses.
+
+use crate::resources::ResourceInfo;
+use axum::http::StatusCode;
+use conclave_core::validation::FieldError;
+use serde_json::{Value, json};
+
+/// A failed API request, rendered as a `metav1.Status` body.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    /// HTTP status code.
+    pub code: StatusCode,
+    /// `Status.reason`.
+    pub reason: &'static str,
+    /// `Status.message`.
+    pub message: String,
+    /// `Status.details`, if any.
+    pub details: Option<Value>,
+    /// Seconds a client should wait before retrying (`Retry-After`), for 429.
+    pub retry_after: Option<u64>,
+}
+
+fn details(res: &ResourceInfo, name: &str) -> Value {
+    let mut d = json!({ "name": name, "kind": res.plural });
+    if !res.group.is_empty() {
+        d["group"] = json!(res.group);
+    }
+    d
+}
+
+impl ApiError {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    /// 404 NotFound for an object.
+    pub fn not_found(res: &ResourceInfo, name: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} \"{name}\" not found", res.group_resource()),
+        );
+        e.details = Some(details(res, name));
+        e
+    }
+
+    /// 404 NotFound for a path that serves nothing.
+    pub fn path_not_found() -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(res: &ResourceInfo, name: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", res.group_resource()),
+        );
+        e.details = Some(details(res, name));
+        e
+    }
+
+    /// 409 Conflict on a stale resourceVersion.
+    pub fn conflict(res: &ResourceInfo, name: &str) -> Self {
+        Self::conflict_with(
+            res,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 409 Conflict with a custom explanation.
+    pub fn conflict_with(res: &ResourceInfo, name: &str, why: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                res.group_resource()
+            ),
+        );
+        e.details = Some(details(res, name));
+        e
+    }
+
+    /// 409 Conflict for server-side apply field-manager conflicts.
+    pub fn apply_conflict(res: &ResourceInfo, name: &str, conflicts: &[(String, String)]) -> Self {
+        let api_version = res.api_version();
+        let message = match conflicts {
+            [(manager, field)] => {
+                format!(
+                    "Apply failed with 1 conflict: conflict with \"{manager}\" using {api_version}: {field}"
+                )
+            }
+            many => {
+                let mut m = format!("Apply failed with {} conflicts: ", many.len());
+                let mut by_manager: Vec<(&str, Vec<&str>)> = Vec::new();
+                for (manager, field) in many {
+                    match by_manager.iter_mut().find(|(m, _)| *m == manager) {
+                        Some((_, fields)) => fields.push(field),
+                        None => by_manager.push((manager, vec![field])),
+                    }
+                }
+                let parts: Vec<String> = by_manager
+                    .iter()
+                    .map(|(manager, fields)| {
+                        let list: Vec<String> = fields.iter().map(|f| format!("- {f}")).collect();
+                        format!(
+                            "conflicts with \"{manager}\" using {api_version}:\n{}",
+                            list.join("\n")
+                        )
+                    })
+                    .collect();
+                m.push_str(&parts.join("\n"));
+                m
+            }
+        };
+        let mut d = details(res, name);
+        d["causes"] = conflicts
+            .iter()
+            .map(|(manager, field)| {
+                json!({
+                    "reason": "FieldManagerConflict",
+                    "message": format!("conflict with \"{manager}\" using {api_version}"),
+                    "field": field,
+                })
+            })
+            .collect();
+        let mut e = Self::new(StatusCode::CONFLICT, "Conflict", message);
+        e.details = Some(d);
+        e
+    }
+
+    /// 422 Invalid from field errors.
+    pub fn invalid(res: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
+        let message =
+            conclave_core::validation::invalid_message(&res.qualified_kind(), name, errors);
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|fe| json!({ "reason": fe.kind.cause_reason(), "message": fe.message(), "field": fe.path }))
+            .collect();
+        let mut d = json!({ "name": name, "kind": res.kind, "causes": causes });
+        if !res.group.is_empty() {
+            d["group"] = json!(res.group);
+        }
+        let mut e = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message);
+        e.details = Some(d);
+        e
+    }
+
+    /// 422 Invalid for request options (`ListOptions`, `PatchOptions`), which have no object.
+    pub fn invalid_options(kind: &str, errors: &[FieldError]) -> Self {
+        let qualified = format!("{kind}.meta.k8s.io");
+        let message = conclave_core::validation::invalid_message(&qualified, "", errors);
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|fe| json!({ "reason": fe.kind.cause_reason(), "message": fe.message(), "field": fe.path }))
+            .collect();
+        let mut e = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message);
+        e.details = Some(json!({ "group": "meta.k8s.io", "kind": kind, "causes": causes }));
+        e
+    }
+
+    /// 422 with a plain message (JSON patch failures).
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(method: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 410 Gone: the requested resourceVersion is older than the kept history.
+    pub fn expired(requested: u64, oldest: u64) -> Self {
+        Self::new(
+            StatusCode::GONE,
+            "Expired",
+            format!("too old resource version: {requested} ({oldest})"),
+        )
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 500 InternalError, injected by faults.
+    pub fn internal(message: impl Into<String>) -> Self {
+        let message = format!("Internal error occurred: {}", message.into());
+        let mut e = Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            message.clone(),
+        );
+        e.details = Some(json!({ "causes": [{ "message": message }] }));
+        e
+    }
+
+    /// 429 TooManyRequests with a Retry-After, injected by faults.
+    pub fn too_many_requests(retry_after: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
+        e.details = Some(json!({ "retryAfterSeconds": retry_after }));
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// The `Status` object.
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code.as_u16(),
+        });
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+}
