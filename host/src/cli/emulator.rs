@@ -1,0 +1,71 @@
+//! `conclave emulator`: run the embedded Kubernetes API server on its own, so a newcomer can
+//! point kubectl, the controller and candidates at it without a cluster.
+
+use anyhow::Context as _;
+use conclave_emulator::{Emulator, EmulatorConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `conclave emulator`.
+#[derive(Debug, clap::Args)]
+pub struct EmulatorArgs {
+    /// Address to listen on (loopback; port 0 picks a free port, written to the kubeconfig).
+    #[arg(long, env = "CONCLAVE_EMULATOR_LISTEN", default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Where to write a kubeconfig that points at the emulator.
+    #[arg(
+        long,
+        env = "CONCLAVE_EMULATOR_KUBECONFIG_OUT",
+        default_value = "conclave-emulator.kubeconfig"
+    )]
+    pub kubeconfig_out: PathBuf,
+    /// How many changes the watch history keeps before resuming watches get 410 Gone.
+    #[arg(long, env = "CONCLAVE_EMULATOR_HISTORY", default_value_t = 10_000)]
+    pub history: usize,
+    /// Seconds between BOOKMARK events on watches that allow them.
+    #[arg(long, env = "CONCLAVE_EMULATOR_BOOKMARK_SECONDS", default_value_t = 60)]
+    pub bookmark_seconds: u64,
+}
+
+/// Runs the emulator until Ctrl-C (or SIGTERM), then shuts it down cleanly.
+pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
+    // A second subscriber (if main already installed one) is not an error worth failing for.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the Tokio runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
+    let config = EmulatorConfig {
+        listen: args.listen,
+        history_capacity: args.history,
+        bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
+        ..EmulatorConfig::default()
+    };
+    let mut emulator = Emulator::start(config).await?;
+    emulator.write_kubeconfig(&args.kubeconfig_out)?;
+    let path =
+        std::fs::canonicalize(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
+    println!("Kubernetes API emulator listening on {}", emulator.url());
+    println!("kubeconfig written to {}", path.display());
+    println!("try: KUBECONFIG={} kubectl get leases -A", path.display());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
+        _ = terminate.recv() => {}
+        result = emulator.wait() => return result.context("the emulator stopped unexpectedly"),
+    }
+    println!("shutting down");
+    emulator.shutdown().await?;
+    Ok(())
+}
