@@ -88,7 +88,9 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    fn pick(cands: &[(&'static str, &str, &str, Option<i64>)]) -> Option<&'static str> {
+    type Case<'a> = (&'static str, &'a str, &'a str, Option<i64>);
+
+    fn pick(cands: &[Case<'_>]) -> Option<&'static str> {
         pick_oldest_emulation_version(cands.iter().filter_map(|(n, b, e, c)| {
             OldestEmulationRank::new(n, b, e, c.map(Timestamp::from_secs))
         }))
@@ -107,18 +109,81 @@ mod tests {
 
     #[test]
     fn ranking_rules_in_order() {
-        let table: &[(&str, &[(&'static str, &str, &str, Option<i64>)], Option<&str>)] = &[
+        let table: &[(&str, &[Case<'_>], Option<&str>)] = &[
             ("empty", &[], None),
-            ("emulation first", &[("a", "1.30.0", "1.30.0", Some(1)), ("b", "1.31.0", "1.29.0", Some(9))], Some("b")),
-            ("binary second", &[("a", "1.31.0", "1.30.0", Some(1)), ("b", "1.30.0", "1.30.0", Some(9))], Some("b")),
-            ("oldest creation third", &[("a", "1.30.0", "1.30.0", Some(9)), ("b", "1.30.0", "1.30.0", Some(1))], Some("b")),
-            ("name breaks full tie", &[("b", "1.30.0", "1.30.0", Some(1)), ("a", "1.30.0", "1.30.0", Some(1))], Some("a")),
-            ("unknown creation ranks last", &[("a", "1.30.0", "1.30.0", None), ("b", "1.30.0", "1.30.0", Some(5))], Some("b")),
-            ("unparseable ineligible", &[("a", "x", "1.0.0", Some(1)), ("b", "1.31.0", "1.31.0", Some(9))], Some("b")),
+            (
+                "emulation first",
+                &[
+                    ("a", "1.30.0", "1.30.0", Some(1)),
+                    ("b", "1.31.0", "1.29.0", Some(9)),
+                ],
+                Some("b"),
+            ),
+            (
+                "binary second",
+                &[
+                    ("a", "1.31.0", "1.30.0", Some(1)),
+                    ("b", "1.30.0", "1.30.0", Some(9)),
+                ],
+                Some("b"),
+            ),
+            (
+                "oldest creation third",
+                &[
+                    ("a", "1.30.0", "1.30.0", Some(9)),
+                    ("b", "1.30.0", "1.30.0", Some(1)),
+                ],
+                Some("b"),
+            ),
+            (
+                "name breaks full tie",
+                &[
+                    ("b", "1.30.0", "1.30.0", Some(1)),
+                    ("a", "1.30.0", "1.30.0", Some(1)),
+                ],
+                Some("a"),
+            ),
+            (
+                "unknown creation ranks last",
+                &[
+                    ("a", "1.30.0", "1.30.0", None),
+                    ("b", "1.30.0", "1.30.0", Some(5)),
+                ],
+                Some("b"),
+            ),
+            (
+                "unparseable ineligible",
+                &[
+                    ("a", "x", "1.0.0", Some(1)),
+                    ("b", "1.31.0", "1.31.0", Some(9)),
+                ],
+                Some("b"),
+            ),
             ("missing ineligible", &[("a", "1.30.0", "", Some(1))], None),
-            ("pre-release below release", &[("a", "1.31.0", "1.31.0", Some(1)), ("b", "1.31.0", "1.31.0-rc.1", Some(9))], Some("b")),
-            ("build metadata ignored", &[("a", "1.31.0+z", "1.31.0+z", Some(1)), ("b", "1.31.0+a", "1.31.0+a", Some(9))], Some("a")),
-            ("tolerant v prefix", &[("a", "v1.31", "v1.31", Some(1)), ("b", "1.32.0", "1.32.0", Some(0))], Some("a")),
+            (
+                "pre-release below release",
+                &[
+                    ("a", "1.31.0", "1.31.0", Some(1)),
+                    ("b", "1.31.0", "1.31.0-rc.1", Some(9)),
+                ],
+                Some("b"),
+            ),
+            (
+                "build metadata ignored",
+                &[
+                    ("a", "1.31.0+z", "1.31.0+z", Some(1)),
+                    ("b", "1.31.0+a", "1.31.0+a", Some(9)),
+                ],
+                Some("a"),
+            ),
+            (
+                "tolerant v prefix",
+                &[
+                    ("a", "v1.31", "v1.31", Some(1)),
+                    ("b", "1.32.0", "1.32.0", Some(0)),
+                ],
+                Some("a"),
+            ),
         ];
         for (case, cands, want) in table {
             assert_eq!(pick(cands), *want, "{case}");

@@ -1,4 +1,6 @@
-//! coordination.k8s.io semantics and the pure election core of Conclave.
+//! coordination.k8s.io semantics and the pure election core of Conclave: version parsing,
+//! validation, Lease state, strategy choice and the `OldestEmulationVersion` ranking, over plain
+//! data with no I/O and no clock. It builds `no_std` (with `alloc`) so strategy plugins share it.
 #![no_std]
 #![forbid(unsafe_code)]
 extern crate alloc;
@@ -6,6 +8,9 @@ extern crate alloc;
 extern crate std;
 
 pub mod election;
+#[cfg(feature = "k8s")]
+pub mod k8s;
+pub mod lease;
 pub mod request;
 pub mod strategy;
 pub mod time;

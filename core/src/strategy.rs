@@ -73,12 +73,16 @@ impl core::fmt::Display for StrategyConflict {
 /// of the candidates with the highest binary version is used; if they disagree the result is a
 /// conflict. The result never depends on the order of `votes`.
 #[must_use]
-pub fn resolve_strategy(lease_strategy: Option<&str>, votes: &[StrategyVote<'_>]) -> StrategyChoice {
+pub fn resolve_strategy(
+    lease_strategy: Option<&str>,
+    votes: &[StrategyVote<'_>],
+) -> StrategyChoice {
     if let Some(strategy) = lease_strategy.filter(|s| !s.is_empty()) {
         return StrategyChoice::FromLease(strategy.into());
     }
-    let version_of =
-        |vote: &StrategyVote<'_>| Version::parse_tolerant(vote.binary_version).unwrap_or(Version::new(0, 0, 0));
+    let version_of = |vote: &StrategyVote<'_>| {
+        Version::parse_tolerant(vote.binary_version).unwrap_or(Version::new(0, 0, 0))
+    };
     let Some(highest) = votes.iter().map(version_of).max() else {
         return StrategyChoice::NoCandidates;
     };
@@ -106,8 +110,16 @@ pub fn resolve_strategy(lease_strategy: Option<&str>, votes: &[StrategyVote<'_>]
 mod tests {
     use super::*;
 
-    fn vote<'a>(candidate: &'a str, strategy: &'a str, binary_version: &'a str) -> StrategyVote<'a> {
-        StrategyVote { candidate, strategy, binary_version }
+    fn vote<'a>(
+        candidate: &'a str,
+        strategy: &'a str,
+        binary_version: &'a str,
+    ) -> StrategyVote<'a> {
+        StrategyVote {
+            candidate,
+            strategy,
+            binary_version,
+        }
     }
 
     #[test]
@@ -129,13 +141,20 @@ mod tests {
         let b = vote("b", "S2", "1.31.0");
         let c = vote("c", "S1", "1.32.0");
         for order in [[a, b, c], [c, a, b], [b, c, a]] {
-            assert_eq!(resolve_strategy(None, &order), StrategyChoice::FromCandidates("S1".into()));
+            assert_eq!(
+                resolve_strategy(None, &order),
+                StrategyChoice::FromCandidates("S1".into())
+            );
         }
     }
 
     #[test]
     fn tie_at_highest_version_with_different_strategies_is_a_conflict() {
-        let votes = [vote("b", "S2", "1.32.0"), vote("a", "S1", "1.32.0"), vote("c", "S1", "v1.32")];
+        let votes = [
+            vote("b", "S2", "1.32.0"),
+            vote("a", "S1", "1.32.0"),
+            vote("c", "S1", "v1.32"),
+        ];
         let StrategyChoice::Conflict(conflict) = resolve_strategy(None, &votes) else {
             panic!("expected a conflict");
         };
@@ -152,7 +171,10 @@ mod tests {
     #[test]
     fn unparseable_binary_version_counts_as_zero() {
         let votes = [vote("a", "S1", "garbage"), vote("b", "S2", "0.0.1")];
-        assert_eq!(resolve_strategy(None, &votes), StrategyChoice::FromCandidates("S2".into()));
+        assert_eq!(
+            resolve_strategy(None, &votes),
+            StrategyChoice::FromCandidates("S2".into())
+        );
         assert_eq!(resolve_strategy(None, &[]), StrategyChoice::NoCandidates);
     }
 

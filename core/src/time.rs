@@ -69,8 +69,14 @@ mod tests {
         let t = Timestamp::from_secs(10);
         assert_eq!((t + Duration::from_secs(5)).as_micros(), 15_000_000);
         assert_eq!((t - Duration::from_secs(5)).as_micros(), 5_000_000);
-        assert_eq!(t.elapsed_at(Timestamp::from_secs(12)), Duration::from_secs(2));
+        assert_eq!(
+            t.elapsed_at(Timestamp::from_secs(12)),
+            Duration::from_secs(2)
+        );
         assert_eq!(t.elapsed_at(Timestamp::from_secs(8)), Duration::ZERO);
-        assert_eq!(Timestamp::from_micros(i64::MAX) + Duration::MAX, Timestamp::from_micros(i64::MAX));
+        assert_eq!(
+            Timestamp::from_micros(i64::MAX) + Duration::MAX,
+            Timestamp::from_micros(i64::MAX)
+        );
     }
 }

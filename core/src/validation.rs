@@ -148,7 +148,9 @@ fn matches_dns1123_label(value: &str) -> bool {
 pub fn dns1123_label_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_LABEL_MAX {
-        errors.push(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
+        errors.push(format!(
+            "must be no more than {DNS1123_LABEL_MAX} characters"
+        ));
     }
     if !matches_dns1123_label(value) {
         errors.push(regex_error(
@@ -165,7 +167,9 @@ pub fn dns1123_label_errors(value: &str) -> Vec<String> {
 pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        errors.push(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
+        errors.push(format!(
+            "must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
     }
     if value.is_empty() || !value.split('.').all(matches_dns1123_label) {
         errors.push(regex_error(
@@ -182,7 +186,9 @@ pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
 pub fn config_map_key_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        errors.push(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
+        errors.push(format!(
+            "must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
     }
     let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
     if value.is_empty() || !value.bytes().all(allowed) {
@@ -244,12 +250,18 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
     if name.is_empty() {
         errors.push("name part must be non-empty".into());
     } else if name.len() > QUALIFIED_NAME_MAX {
-        errors.push(format!("name part must be no more than {QUALIFIED_NAME_MAX} characters"));
+        errors.push(format!(
+            "name part must be no more than {QUALIFIED_NAME_MAX} characters"
+        ));
     }
     if !matches_qualified_name_part(name) {
         errors.push(format!(
             "name part {}",
-            regex_error(QUALIFIED_NAME_MSG, QUALIFIED_NAME_REGEX, &["MyName", "my.name", "123-abc"])
+            regex_error(
+                QUALIFIED_NAME_MSG,
+                QUALIFIED_NAME_REGEX,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
     errors
@@ -295,7 +307,10 @@ pub struct MetaFields<'a> {
 fn validate_meta(meta: &MetaFields<'_>, name_rule: fn(&str) -> Vec<String>) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if meta.name.is_empty() {
-        errors.push(FieldError::required("metadata.name", "name or generateName is required"));
+        errors.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
     } else {
         errors.extend(
             name_rule(meta.name)
@@ -318,9 +333,11 @@ fn validate_meta(meta: &MetaFields<'_>, name_rule: fn(&str) -> Vec<String>) -> V
                 .into_iter()
                 .map(|msg| FieldError::invalid("metadata.labels", quote(key), msg)),
         );
-        errors.extend(label_value_errors(value).into_iter().map(|msg| {
-            FieldError::invalid(&format!("metadata.labels"), quote(value), msg)
-        }));
+        errors.extend(
+            label_value_errors(value)
+                .into_iter()
+                .map(|msg| FieldError::invalid("metadata.labels", quote(value), msg)),
+        );
     }
     for key in meta.annotation_keys {
         errors.extend(
@@ -415,7 +432,10 @@ pub fn validate_lease_candidate_spec(spec: &LeaseCandidateFields<'_>) -> Vec<Fie
 
 /// Validates a whole LeaseCandidate on create (`ValidateLeaseCandidate`).
 #[must_use]
-pub fn validate_lease_candidate(meta: &MetaFields<'_>, spec: &LeaseCandidateFields<'_>) -> Vec<FieldError> {
+pub fn validate_lease_candidate(
+    meta: &MetaFields<'_>,
+    spec: &LeaseCandidateFields<'_>,
+) -> Vec<FieldError> {
     let mut errors = validate_meta(meta, config_map_key_errors);
     errors.extend(validate_lease_candidate_spec(spec));
     errors
@@ -497,7 +517,11 @@ pub fn validate_lease(meta: &MetaFields<'_>, spec: &LeaseFields<'_>) -> Vec<Fiel
 mod tests {
     use super::*;
 
-    fn candidate<'a>(binary: &'a str, emulation: &'a str, strategy: &'a str) -> LeaseCandidateFields<'a> {
+    fn candidate<'a>(
+        binary: &'a str,
+        emulation: &'a str,
+        strategy: &'a str,
+    ) -> LeaseCandidateFields<'a> {
         LeaseCandidateFields {
             lease_name: "kube-scheduler",
             binary_version: binary,
@@ -517,21 +541,55 @@ mod tests {
         let table: &[(LeaseCandidateFields<'_>, &[(&str, FieldErrorKind)])] = &[
             (candidate("1.31.0", "1.30.0", oev), &[]),
             (candidate("1.31.0", "", "example.com/foo"), &[]),
-            (candidate("1.30.0", "1.31.0", oev), &[("spec.binaryVersion", Invalid)]),
-            (candidate("", "1.31.0", oev), &[("spec.binaryVersion", Required)]),
-            (candidate("1.30.1.6", "1.30.0", oev), &[("spec.binaryVersion", Invalid), ("spec.binaryVersion", Invalid)]),
-            (candidate("1.31.0", "", oev), &[("spec.emulationVersion", Required)]),
-            (candidate("1.31.0", "0.0.0", oev), &[("spec.emulationVersion", Required)]),
-            (candidate("1.31.0", "1.31.0", ""), &[("spec.strategy", Required)]),
-            (candidate("1.31.0", "1.31.0", "foobar"), &[("spec.strategy.strategy", NotSupported)]),
-            (candidate("1.31.0", "1.31.0", "example.com/foobar/toomanyslashes"), &[("spec.strategy.strategy", Invalid)]),
             (
-                LeaseCandidateFields { lease_name: "", ..candidate("1.31.0", "1.31.0", oev) },
+                candidate("1.30.0", "1.31.0", oev),
+                &[("spec.binaryVersion", Invalid)],
+            ),
+            (
+                candidate("", "1.31.0", oev),
+                &[("spec.binaryVersion", Required)],
+            ),
+            (
+                candidate("1.30.1.6", "1.30.0", oev),
+                &[
+                    ("spec.binaryVersion", Invalid),
+                    ("spec.binaryVersion", Invalid),
+                ],
+            ),
+            (
+                candidate("1.31.0", "", oev),
+                &[("spec.emulationVersion", Required)],
+            ),
+            (
+                candidate("1.31.0", "0.0.0", oev),
+                &[("spec.emulationVersion", Required)],
+            ),
+            (
+                candidate("1.31.0", "1.31.0", ""),
+                &[("spec.strategy", Required)],
+            ),
+            (
+                candidate("1.31.0", "1.31.0", "foobar"),
+                &[("spec.strategy.strategy", NotSupported)],
+            ),
+            (
+                candidate("1.31.0", "1.31.0", "example.com/foobar/toomanyslashes"),
+                &[("spec.strategy.strategy", Invalid)],
+            ),
+            (
+                LeaseCandidateFields {
+                    lease_name: "",
+                    ..candidate("1.31.0", "1.31.0", oev)
+                },
                 &[("spec.leaseName", Required)],
             ),
         ];
         for (spec, want) in table {
-            assert_eq!(paths(&validate_lease_candidate_spec(spec)), *want, "{spec:?}");
+            assert_eq!(
+                paths(&validate_lease_candidate_spec(spec)),
+                *want,
+                "{spec:?}"
+            );
         }
     }
 
@@ -543,18 +601,35 @@ mod tests {
         for bad in ["", ".", "..", "..a", "a/b", "has space"] {
             assert!(!config_map_key_errors(bad).is_empty(), "{bad}");
         }
-        let meta = MetaFields { name: "bad/name", namespace: "kube-system", ..Default::default() };
-        let errors = validate_lease_candidate(&meta, &candidate("1.31.0", "1.31.0", OLDEST_EMULATION_VERSION));
+        let meta = MetaFields {
+            name: "bad/name",
+            namespace: "kube-system",
+            ..Default::default()
+        };
+        let errors = validate_lease_candidate(
+            &meta,
+            &candidate("1.31.0", "1.31.0", OLDEST_EMULATION_VERSION),
+        );
         assert_eq!(paths(&errors), [("metadata.name", FieldErrorKind::Invalid)]);
     }
 
     #[test]
     fn lease_name_is_immutable_on_update() {
-        let meta = MetaFields { name: "c", namespace: "default", ..Default::default() };
+        let meta = MetaFields {
+            name: "c",
+            namespace: "default",
+            ..Default::default()
+        };
         let old = candidate("1.31.0", "1.31.0", OLDEST_EMULATION_VERSION);
-        let new = LeaseCandidateFields { lease_name: "other", ..old };
+        let new = LeaseCandidateFields {
+            lease_name: "other",
+            ..old
+        };
         let errors = validate_lease_candidate_update(&meta, &old, &new);
-        assert_eq!(errors[0].to_string(), "spec.leaseName: Invalid value: \"other\": field is immutable");
+        assert_eq!(
+            errors[0].to_string(),
+            "spec.leaseName: Invalid value: \"other\": field is immutable"
+        );
     }
 
     #[test]
@@ -562,12 +637,49 @@ mod tests {
         use FieldErrorKind::*;
         let table: &[(LeaseFields<'_>, &[(&str, FieldErrorKind)])] = &[
             (LeaseFields::default(), &[]),
-            (LeaseFields { lease_duration_seconds: Some(0), ..Default::default() }, &[("spec.leaseDurationSeconds", Invalid)]),
-            (LeaseFields { lease_transitions: Some(-1), ..Default::default() }, &[("spec.leaseTransitions", Invalid)]),
-            (LeaseFields { preferred_holder: Some("a"), ..Default::default() }, &[("spec.preferredHolder", Forbidden)]),
-            (LeaseFields { preferred_holder: Some(""), ..Default::default() }, &[]),
-            (LeaseFields { strategy: Some("example.com/x"), preferred_holder: Some("a"), ..Default::default() }, &[]),
-            (LeaseFields { strategy: Some(""), ..Default::default() }, &[("spec.strategy.strategy", NotSupported)]),
+            (
+                LeaseFields {
+                    lease_duration_seconds: Some(0),
+                    ..Default::default()
+                },
+                &[("spec.leaseDurationSeconds", Invalid)],
+            ),
+            (
+                LeaseFields {
+                    lease_transitions: Some(-1),
+                    ..Default::default()
+                },
+                &[("spec.leaseTransitions", Invalid)],
+            ),
+            (
+                LeaseFields {
+                    preferred_holder: Some("a"),
+                    ..Default::default()
+                },
+                &[("spec.preferredHolder", Forbidden)],
+            ),
+            (
+                LeaseFields {
+                    preferred_holder: Some(""),
+                    ..Default::default()
+                },
+                &[],
+            ),
+            (
+                LeaseFields {
+                    strategy: Some("example.com/x"),
+                    preferred_holder: Some("a"),
+                    ..Default::default()
+                },
+                &[],
+            ),
+            (
+                LeaseFields {
+                    strategy: Some(""),
+                    ..Default::default()
+                },
+                &[("spec.strategy.strategy", NotSupported)],
+            ),
         ];
         for (spec, want) in table {
             assert_eq!(paths(&validate_lease_spec(spec)), *want, "{spec:?}");
@@ -581,7 +693,8 @@ mod tests {
             errors[0].to_string(),
             "spec.strategy.strategy: Unsupported value: \"foobar\": supported values: \"OldestEmulationVersion\""
         );
-        let errors = validate_lease_candidate_spec(&candidate("1.30.0", "1.31.0", OLDEST_EMULATION_VERSION));
+        let errors =
+            validate_lease_candidate_spec(&candidate("1.30.0", "1.31.0", OLDEST_EMULATION_VERSION));
         assert_eq!(
             invalid_message("LeaseCandidate.coordination.k8s.io", "c1", &errors),
             "LeaseCandidate.coordination.k8s.io \"c1\" is invalid: spec.binaryVersion: Invalid value: \"1.30.0\": must be greater than or equal to `emulationVersion`"

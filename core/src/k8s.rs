@@ -1,0 +1,198 @@
+//! Conversions between k8s-openapi objects and the core's plain data, and validation of whole
+//! objects. Needs the `k8s` feature (std).
+
+use crate::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord};
+use crate::request::CandidateView;
+use crate::time::Timestamp;
+use crate::validation::{self, FieldError, LeaseCandidateFields, LeaseFields, MetaFields};
+use alloc::string::String;
+use alloc::vec::Vec;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff;
+use std::collections::BTreeMap;
+
+/// Converts a Kubernetes timestamp to a core [`Timestamp`].
+#[must_use]
+pub fn timestamp(at: jiff::Timestamp) -> Timestamp {
+    Timestamp::from_micros(at.as_microsecond())
+}
+
+/// Converts a core [`Timestamp`] to a `MicroTime` for writing into an object.
+#[must_use]
+pub fn micro_time(at: Timestamp) -> MicroTime {
+    MicroTime(jiff::Timestamp::from_microsecond(at.as_micros()).unwrap_or(jiff::Timestamp::MAX))
+}
+
+fn micro(at: Option<&MicroTime>) -> Option<Timestamp> {
+    at.map(|t| timestamp(t.0))
+}
+
+fn created(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.creation_timestamp
+        .as_ref()
+        .map(|Time(t)| timestamp(*t))
+}
+
+fn pairs(map: Option<&BTreeMap<String, String>>) -> Vec<(String, String)> {
+    map.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// The core view of a Lease.
+#[must_use]
+pub fn lease_record(lease: &Lease) -> LeaseRecord {
+    let spec = lease.spec.clone().unwrap_or_default();
+    LeaseRecord {
+        namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+        name: lease.metadata.name.clone().unwrap_or_default(),
+        resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
+        holder_identity: spec.holder_identity,
+        preferred_holder: spec.preferred_holder,
+        strategy: spec.strategy,
+        lease_duration_seconds: spec.lease_duration_seconds,
+        renew_time: micro(spec.renew_time.as_ref()),
+        acquire_time: micro(spec.acquire_time.as_ref()),
+        lease_transitions: spec.lease_transitions,
+        elected_by_conclave: lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ELECTED_BY_ANNOTATION))
+            .is_some_and(|v| v == ELECTED_BY_VALUE),
+    }
+}
+
+/// The core view of a LeaseCandidate.
+#[must_use]
+pub fn candidate_view(candidate: &LeaseCandidate) -> CandidateView {
+    let spec = candidate.spec.clone().unwrap_or_default();
+    CandidateView {
+        name: candidate.metadata.name.clone().unwrap_or_default(),
+        binary_version: spec.binary_version,
+        emulation_version: spec.emulation_version.unwrap_or_default(),
+        strategy: spec.strategy,
+        creation_time: created(&candidate.metadata),
+        renew_time: micro(spec.renew_time.as_ref()),
+        ping_time: micro(spec.ping_time.as_ref()),
+        labels: pairs(candidate.metadata.labels.as_ref()),
+        annotations: pairs(candidate.metadata.annotations.as_ref()),
+    }
+}
+
+fn with_meta<T>(meta: &ObjectMeta, f: impl FnOnce(&MetaFields<'_>) -> T) -> T {
+    let labels: Vec<(&str, &str)> = meta
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let annotation_keys: Vec<&str> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    f(&MetaFields {
+        name: meta.name.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        labels: &labels,
+        annotation_keys: &annotation_keys,
+    })
+}
+
+fn candidate_fields(candidate: &LeaseCandidate) -> LeaseCandidateFields<'_> {
+    candidate
+        .spec
+        .as_ref()
+        .map(|spec| LeaseCandidateFields {
+            lease_name: &spec.lease_name,
+            binary_version: &spec.binary_version,
+            emulation_version: spec.emulation_version.as_deref().unwrap_or_default(),
+            strategy: &spec.strategy,
+        })
+        .unwrap_or_default()
+}
+
+/// Validates a LeaseCandidate as kube-apiserver does on create.
+#[must_use]
+pub fn validate_lease_candidate(candidate: &LeaseCandidate) -> Vec<FieldError> {
+    with_meta(&candidate.metadata, |meta| {
+        validation::validate_lease_candidate(meta, &candidate_fields(candidate))
+    })
+}
+
+/// Validates a LeaseCandidate update as kube-apiserver does.
+#[must_use]
+pub fn validate_lease_candidate_update(
+    old: &LeaseCandidate,
+    new: &LeaseCandidate,
+) -> Vec<FieldError> {
+    with_meta(&new.metadata, |meta| {
+        validation::validate_lease_candidate_update(
+            meta,
+            &candidate_fields(old),
+            &candidate_fields(new),
+        )
+    })
+}
+
+/// Validates a Lease as kube-apiserver does (create and update).
+#[must_use]
+pub fn validate_lease(lease: &Lease) -> Vec<FieldError> {
+    let spec = lease.spec.clone().unwrap_or_default();
+    with_meta(&lease.metadata, |meta| {
+        validation::validate_lease(
+            meta,
+            &LeaseFields {
+                lease_duration_seconds: spec.lease_duration_seconds,
+                lease_transitions: spec.lease_transitions,
+                strategy: spec.strategy.as_deref(),
+                preferred_holder: spec.preferred_holder.as_deref(),
+            },
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
+
+    #[test]
+    fn timestamps_round_trip_at_microsecond_precision() {
+        let at = Timestamp::from_micros(1_764_500_000_123_456);
+        assert_eq!(timestamp(micro_time(at).0), at);
+    }
+
+    #[test]
+    fn candidate_view_and_validation_read_the_object() {
+        let candidate = LeaseCandidate {
+            metadata: ObjectMeta {
+                name: Some("node_1".into()),
+                namespace: Some("kube-system".into()),
+                labels: Some(
+                    [(
+                        String::from("topology.kubernetes.io/zone"),
+                        String::from("a"),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(LeaseCandidateSpec {
+                lease_name: "kube-scheduler".into(),
+                binary_version: "1.30.0".into(),
+                emulation_version: Some("1.31.0".into()),
+                strategy: "OldestEmulationVersion".into(),
+                ..Default::default()
+            }),
+        };
+        let view = candidate_view(&candidate);
+        assert_eq!(view.label("topology.kubernetes.io/zone"), Some("a"));
+        let errors = validate_lease_candidate(&candidate);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "spec.binaryVersion");
+    }
+}
