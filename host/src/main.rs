@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// Kubernetes coordinated leader election, decided by sandboxed WebAssembly strategy plugins.
 #[derive(Parser)]
@@ -12,9 +13,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Test, inspect and benchmark strategy plugins.
+    Strategy(conclave::cli::strategy::StrategyArgs),
+}
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Strategy(args) => conclave::cli::strategy::run(args),
+    }
 }

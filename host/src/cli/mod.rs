@@ -1,0 +1,3 @@
+//! Command-line subcommands of the `conclave` binary.
+
+pub mod strategy;

@@ -1,0 +1,255 @@
+//! The wasmtime engine configuration, its epoch ticker, compilation with an on-disk code cache,
+//! and the import check every component passes before it is linked.
+
+use super::EngineError;
+use super::limits::Limits;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use wasmtime::component::Component;
+
+/// How often the epoch advances; the resolution of the per-call time limit.
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Component instances the pool holds, i.e. elections that can run at the same time.
+const POOL_SLOTS: u32 = 64;
+
+/// The wasmtime version the host is built with, from Cargo.lock (see build.rs); part of the cache key.
+const WASMTIME_VERSION: &str = env!("CONCLAVE_WASMTIME_VERSION");
+
+/// The only host interface a plugin may import (any 0.1.x version).
+const LOG_INTERFACE_PREFIX: &str = "conclave:strategy/log@0.1.";
+
+/// A wasmtime engine set up for strategy plugins: pooling allocator sized by [`Limits`]'s
+/// ceilings, epoch interruption driven by a background ticker thread.
+pub(super) struct Runtime {
+    pub(super) engine: wasmtime::Engine,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    pub(super) fn new() -> Result<Self, EngineError> {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        let slots = POOL_SLOTS;
+        let per_component = u32::try_from(Limits::MAX_INSTANCES).unwrap_or(u32::MAX);
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * 4)
+            .total_memories(slots * 2)
+            .total_tables(slots * 4)
+            .max_memory_size(Limits::MAX_MEMORY_BYTES)
+            .table_elements(Limits::MAX_TABLE_ELEMENTS)
+            .max_core_instances_per_component(per_component)
+            .max_memories_per_component(per_component)
+            .max_tables_per_component(per_component);
+        let mut config = wasmtime::Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        let engine = wasmtime::Engine::new(&config).map_err(|error| EngineError::Load {
+            plugin: "(engine)".into(),
+            reason: format!("cannot create the wasmtime engine: {error:#}"),
+        })?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let ticker_engine = engine.clone();
+        let stop = Arc::clone(&ticker_stop);
+        std::thread::Builder::new()
+            .name("conclave-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticker_engine.increment_epoch();
+                }
+            })
+            .map_err(|error| EngineError::Load {
+                plugin: "(engine)".into(),
+                reason: format!("cannot start the epoch ticker thread: {error}"),
+            })?;
+        Ok(Self {
+            engine,
+            ticker_stop,
+        })
+    }
+
+    /// Epoch ticks to allow for a call with a `time` budget: rounded up, plus one because the
+    /// current tick is already partly over.
+    pub(super) fn deadline_ticks(time: Duration) -> u64 {
+        let ticks = time.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
+        u64::try_from(ticks).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// Compiles `bytes`, or loads the compiled code from `cache_dir` if an earlier run cached it.
+    pub(super) fn compile(
+        &self,
+        plugin: &str,
+        bytes: &[u8],
+        sha256: &str,
+        cache_dir: Option<&Path>,
+    ) -> Result<(Component, LoadStats), EngineError> {
+        let started = Instant::now();
+        let cache_file = cache_dir.map(|dir| dir.join(self.cache_file_name(sha256)));
+        if let Some(path) = cache_file.as_deref().filter(|path| path.is_file()) {
+            match load_cached(&self.engine, path) {
+                Ok(component) => {
+                    return Ok((
+                        component,
+                        LoadStats {
+                            elapsed: started.elapsed(),
+                            from_cache: true,
+                        },
+                    ));
+                }
+                Err(error) => tracing::warn!(
+                    plugin,
+                    path = %path.display(),
+                    error = format!("{error:#}"),
+                    "ignoring unusable compiled-code cache entry; recompiling"
+                ),
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|error| EngineError::Load {
+            plugin: plugin.to_owned(),
+            reason: format!("not a valid WebAssembly component: {error:#}"),
+        })?;
+        let stats = LoadStats {
+            elapsed: started.elapsed(),
+            from_cache: false,
+        };
+        if let Some(path) = cache_file
+            && let Err(error) = store_cached(&component, &path)
+        {
+            tracing::warn!(
+                plugin,
+                path = %path.display(),
+                error = format!("{error:#}"),
+                "cannot write compiled-code cache entry"
+            );
+        }
+        Ok((component, stats))
+    }
+
+    /// `SHA256-wasmtime-VERSION-CONFIG.cwasm`: the component's digest, the wasmtime version and a
+    /// digest of the engine settings that affect compiled code.
+    fn cache_file_name(&self, sha256: &str) -> String {
+        let mut hasher = Sha256Hasher(Sha256::new());
+        std::hash::Hash::hash(&self.engine.precompile_compatibility_hash(), &mut hasher);
+        let config = hex::encode(&hasher.0.finalize()[..8]);
+        format!("{sha256}-wasmtime-{WASMTIME_VERSION}-{config}.cwasm")
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How a plugin's code was obtained at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Time spent compiling, or loading compiled code from the cache.
+    pub elapsed: Duration,
+    /// Whether the code came from the on-disk cache.
+    pub from_cache: bool,
+}
+
+/// Feeds `Hash` output into SHA-256, for a digest that is stable across Rust releases.
+struct Sha256Hasher(Sha256);
+
+impl std::hash::Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// The lowercase hex SHA-256 of `bytes`.
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Loads compiled code that [`store_cached`] wrote.
+#[allow(unsafe_code)]
+fn load_cached(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: `Component::deserialize_file` trusts its input to be code wasmtime itself produced,
+    // and maps the file. That holds here: the file was written by `store_cached` from
+    // `Component::serialize` into a cache directory Conclave creates owner-only (0700); it is
+    // written to a temporary name and renamed into place, so it is never modified while mapped;
+    // its name carries the component's sha256, the wasmtime version and a digest of the engine's
+    // compilation settings, so it is only ever loaded for the same component, wasmtime and
+    // settings. wasmtime also checks the version and settings recorded inside the file and
+    // refuses a mismatch, which we treat as a cache miss.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// Writes `component`'s compiled code to `path` atomically.
+fn store_cached(component: &Component, path: &Path) -> wasmtime::Result<()> {
+    let bytes = component.serialize()?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| wasmtime::Error::msg("cache path has no directory"))?;
+    create_private_dir(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("cwasm"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// The component's imports, in order; fails naming the first one Conclave does not provide.
+pub(super) fn check_imports(
+    engine: &wasmtime::Engine,
+    plugin: &str,
+    component: &Component,
+    allow_wasi: bool,
+) -> Result<Vec<String>, EngineError> {
+    let component_type = component.component_type();
+    let imports: Vec<String> = component_type
+        .imports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    for import in &imports {
+        let is_wasi = import.starts_with("wasi:");
+        let allowed = import.starts_with(LOG_INTERFACE_PREFIX) || (allow_wasi && is_wasi);
+        if !allowed {
+            return Err(EngineError::ForbiddenImport {
+                plugin: plugin.to_owned(),
+                import: import.clone(),
+                hint: if is_wasi {
+                    "; build the plugin with the conclave-strategy SDK (no_std, imports no WASI), \
+                     or run with --allow-wasi to give it a deny-all WASI context"
+                } else {
+                    "; a strategy plugin may import only conclave:strategy/log@0.1.x"
+                },
+            });
+        }
+    }
+    Ok(imports)
+}
+
+/// Where [`Runtime::compile`] caches code by default for the CLI: `$XDG_CACHE_HOME/conclave/wasm`
+/// or `~/.cache/conclave/wasm`.
+#[must_use]
+pub fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .map(|base| base.join("conclave").join("wasm"))
+}

@@ -1,0 +1,396 @@
+//! One loaded plugin: its linked [`StrategyPre`] and what a call into it looks like.
+
+use super::EngineError;
+use super::bindings;
+use super::compile::{LoadStats, Runtime};
+use super::convert;
+use super::limits::{CallLimiter, Limits};
+use conclave_core::request::ElectionRequest;
+use conclave_core::time::Timestamp;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Largest log message a plugin may write; longer ones are cut.
+const MAX_LOG_MESSAGE: usize = 4096;
+/// Log messages a plugin may write per call; later ones are dropped.
+const MAX_LOG_MESSAGES: u32 = 64;
+/// Bytes of stdout and of stderr kept per call from a WASI plugin.
+const STDIO_CAPACITY: usize = 64 * 1024;
+
+/// Where a plugin came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginSource {
+    /// Embedded in the binary; the cargo package name in `strategies/`.
+    Builtin(&'static str),
+    /// A `.wasm` file.
+    File(PathBuf),
+}
+
+impl std::fmt::Display for PluginSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Builtin(name) => write!(f, "builtin:{name}"),
+            Self::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// What a loaded plugin is: its own `info()` and what the host learned loading it.
+#[derive(Debug, Clone)]
+pub struct PluginInfo {
+    /// Where it came from.
+    pub source: PluginSource,
+    /// The strategy names it implements.
+    pub strategies: Vec<String>,
+    /// Its one-line description.
+    pub description: String,
+    /// Its own version.
+    pub version: String,
+    /// The component's imports (only the log interface, or WASI with `--allow-wasi`).
+    pub imports: Vec<String>,
+    /// The component's size in bytes.
+    pub size: usize,
+    /// The lowercase hex SHA-256 of the component.
+    pub sha256: String,
+    /// The per-call limits it runs under.
+    pub limits: Limits,
+    /// Whether settings are configured for it.
+    pub has_settings: bool,
+    /// How its code was obtained (compiled now or loaded from the cache), and how long it took.
+    pub load: LoadStats,
+}
+
+/// A plugin linked once (wasmtime's `InstancePre`), ready to be instantiated per call.
+pub(super) struct StrategyPre {
+    pre: bindings::StrategyPre<CallState>,
+}
+
+impl StrategyPre {
+    /// Links `component` against the host interface (and WASI, if the linker has it).
+    pub(super) fn new(
+        linker: &Linker<CallState>,
+        plugin: &str,
+        component: &wasmtime::component::Component,
+    ) -> Result<Self, EngineError> {
+        let load_error = |what: &str, error: wasmtime::Error| EngineError::Load {
+            plugin: plugin.to_owned(),
+            reason: format!("{what}: {error:#}"),
+        };
+        let instance_pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| load_error("cannot link", e))?;
+        let pre = bindings::StrategyPre::new(instance_pre).map_err(|e| {
+            load_error(
+                "does not export the conclave:strategy@0.1.0 world (info, elect)",
+                e,
+            )
+        })?;
+        Ok(Self { pre })
+    }
+}
+
+/// The linker every plugin is linked with: the log interface, plus deny-all WASI if allowed.
+pub(super) fn linker(
+    runtime: &Runtime,
+    allow_wasi: bool,
+) -> Result<Linker<CallState>, EngineError> {
+    let mut linker = Linker::new(&runtime.engine);
+    let link_error = |error: wasmtime::Error| EngineError::Load {
+        plugin: "(engine)".into(),
+        reason: format!("cannot set up the host interface: {error:#}"),
+    };
+    bindings::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+        .map_err(link_error)?;
+    if allow_wasi {
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link_error)?;
+    }
+    Ok(linker)
+}
+
+/// A loaded plugin.
+pub(super) struct Plugin {
+    info: Arc<PluginInfo>,
+    pre: StrategyPre,
+    settings: String,
+    label: Arc<str>,
+}
+
+impl Plugin {
+    /// Wraps a linked plugin; calls `info()` once to learn its names.
+    pub(super) fn new(
+        pre: StrategyPre,
+        mut info: PluginInfo,
+        settings: String,
+    ) -> Result<Self, EngineError> {
+        let label: Arc<str> = info.source.to_string().into();
+        let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
+        let reported = pre
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_info(&mut store));
+        store.data_mut().flush_stdio();
+        let reported = reported.map_err(|error| {
+            let error = classify(&label, error, &store, info.limits.time, true);
+            EngineError::Load {
+                plugin: label.to_string(),
+                reason: format!("info() failed: {error}"),
+            }
+        })?;
+        if reported.strategies.is_empty() || reported.strategies.iter().any(String::is_empty) {
+            return Err(EngineError::Load {
+                plugin: label.to_string(),
+                reason: format!(
+                    "info() must name at least one strategy and no empty name, got {:?}",
+                    reported.strategies
+                ),
+            });
+        }
+        info.strategies = reported.strategies;
+        info.description = reported.description;
+        info.version = reported.version;
+        Ok(Self {
+            info: Arc::new(info),
+            pre,
+            settings,
+            label,
+        })
+    }
+
+    /// What this plugin is.
+    pub(super) fn info(&self) -> Arc<PluginInfo> {
+        Arc::clone(&self.info)
+    }
+
+    /// Runs `elect` in a fresh instance under the plugin's limits. The answer is not yet checked
+    /// against the candidates.
+    pub(super) fn elect(
+        &self,
+        strategy: &str,
+        request: &ElectionRequest,
+    ) -> Result<Option<String>, EngineError> {
+        let settings = if request.settings.is_empty() {
+            &self.settings
+        } else {
+            &request.settings
+        };
+        let wit_request = convert::request(request, settings);
+        let lease = format!("{}/{}", request.lease.namespace, request.lease.name);
+        let mut store = new_store(
+            &self.pre,
+            &self.label,
+            &lease,
+            request.now,
+            self.info.limits,
+        );
+        let result = self
+            .pre
+            .pre
+            .instantiate(&mut store)
+            .map_err(|error| (error, true))
+            .and_then(|instance| {
+                instance
+                    .call_elect(&mut store, &wit_request)
+                    .map_err(|error| (error, false))
+            });
+        store.data_mut().flush_stdio();
+        match result {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(EngineError::PluginError {
+                strategy: strategy.to_owned(),
+                message,
+            }),
+            Err((error, instantiating)) => Err(classify(
+                strategy,
+                error,
+                &store,
+                self.info.limits.time,
+                instantiating,
+            )),
+        }
+    }
+}
+
+fn new_store(
+    pre: &StrategyPre,
+    plugin: &Arc<str>,
+    lease: &str,
+    now: Timestamp,
+    limits: Limits,
+) -> Store<CallState> {
+    let state = CallState {
+        limiter: CallLimiter::new(limits),
+        plugin: Arc::clone(plugin),
+        lease: lease.to_owned(),
+        logs_left: MAX_LOG_MESSAGES,
+        now,
+        wasi: None,
+    };
+    let mut store = Store::new(pre.pre.engine(), state);
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(Runtime::deadline_ticks(limits.time));
+    store.epoch_deadline_trap();
+    store
+}
+
+/// Turns a failed instantiation or call into the error that says which limit or fault it was.
+fn classify(
+    strategy: &str,
+    error: wasmtime::Error,
+    store: &Store<CallState>,
+    time: Duration,
+    instantiating: bool,
+) -> EngineError {
+    let strategy = strategy.to_owned();
+    if let Some(hit) = store.data().limiter.hit {
+        return EngineError::Memory {
+            strategy,
+            detail: hit.to_string(),
+        };
+    }
+    if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        return EngineError::LimitExceeded {
+            strategy,
+            limit: time,
+        };
+    }
+    let message = format!("{error:#}");
+    if instantiating {
+        EngineError::Instantiate { strategy, message }
+    } else {
+        EngineError::Trap { strategy, message }
+    }
+}
+
+/// The host state of one call.
+pub(super) struct CallState {
+    limiter: CallLimiter,
+    plugin: Arc<str>,
+    lease: String,
+    logs_left: u32,
+    now: Timestamp,
+    /// Built on first use, only for plugins that import WASI.
+    wasi: Option<DenyAllWasi>,
+}
+
+impl CallState {
+    /// Copies what a WASI plugin wrote to stdout and stderr into the host log.
+    fn flush_stdio(&mut self) {
+        let Some(wasi) = &self.wasi else { return };
+        for (stream, pipe) in [("stdout", &wasi.stdout), ("stderr", &wasi.stderr)] {
+            let contents = pipe.contents();
+            for line in String::from_utf8_lossy(&contents).lines() {
+                tracing::info!(plugin = %self.plugin, lease = %self.lease, stream, "{line}");
+            }
+        }
+    }
+}
+
+impl bindings::conclave::strategy::log::Host for CallState {
+    fn log(&mut self, level: bindings::conclave::strategy::log::Level, mut message: String) {
+        use bindings::conclave::strategy::log::Level;
+        if self.logs_left == 0 {
+            return;
+        }
+        self.logs_left -= 1;
+        if message.len() > MAX_LOG_MESSAGE {
+            let mut cut = MAX_LOG_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let (plugin, lease) = (&*self.plugin, self.lease.as_str());
+        match level {
+            Level::Trace => tracing::trace!(plugin, lease, "{message}"),
+            Level::Debug => tracing::debug!(plugin, lease, "{message}"),
+            Level::Info => tracing::info!(plugin, lease, "{message}"),
+            Level::Warn => tracing::warn!(plugin, lease, "{message}"),
+            Level::Error => tracing::error!(plugin, lease, "{message}"),
+        }
+        if self.logs_left == 0 {
+            tracing::warn!(
+                plugin,
+                lease,
+                "plugin reached its log budget of {MAX_LOG_MESSAGES} messages per call; dropping the rest"
+            );
+        }
+    }
+}
+
+/// The WASI context for `--allow-wasi` plugins: no preopened directories, no environment or
+/// arguments, no network, a wall clock fixed at the request's `now`, a monotonic clock that does
+/// not move, deterministic randomness, and stdout/stderr captured into the host log.
+struct DenyAllWasi {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl DenyAllWasi {
+    fn new(now: Timestamp) -> Self {
+        let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
+        let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
+        let ctx = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .wall_clock(FixedWallClock(now))
+            .monotonic_clock(FrozenMonotonicClock)
+            .secure_random(wasmtime_wasi::Deterministic::new(vec![0]))
+            .insecure_random_seed(0)
+            .build();
+        Self {
+            ctx,
+            table: ResourceTable::new(),
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        let now = self.now;
+        let wasi = self.wasi.get_or_insert_with(|| DenyAllWasi::new(now));
+        WasiCtxView {
+            ctx: &mut wasi.ctx,
+            table: &mut wasi.table,
+        }
+    }
+}
+
+/// A wall clock that always reads the election's `now`, so a WASI plugin cannot depend on when it
+/// runs.
+struct FixedWallClock(Timestamp);
+
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_micros(1)
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_micros(u64::try_from(self.0.as_micros()).unwrap_or(0))
+    }
+}
+
+/// A monotonic clock that never advances.
+struct FrozenMonotonicClock;
+
+impl wasmtime_wasi::HostMonotonicClock for FrozenMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        0
+    }
+}

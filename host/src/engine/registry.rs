@@ -1,0 +1,260 @@
+//! The registry from strategy name to plugin: built-ins, `--plugins DIR`, sidecar configs.
+
+use super::EngineConfig;
+use super::EngineError;
+use super::compile::{self, Runtime};
+use super::limits::Limits;
+use super::plugin::{self, CallState, Plugin, PluginInfo, PluginSource, StrategyPre};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wasmtime::component::Linker;
+
+include!(concat!(env!("OUT_DIR"), "/builtins.rs"));
+
+/// A plugin's optional sidecar config, `NAME.json` next to `NAME.wasm`.
+///
+/// ```json
+/// {"settings": {"any": "JSON"}, "limits": {"time_ms": 20, "memory_bytes": 33554432},
+///  "sha256": "<hex digest the .wasm must have>"}
+/// ```
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sidecar {
+    /// Passed to every `elect` call as JSON text.
+    settings: Option<serde_json::Value>,
+    /// Overrides the engine's default limits, field by field.
+    limits: Option<LimitsOverride>,
+    /// The SHA-256 the component must have; a mismatch refuses the plugin.
+    sha256: Option<String>,
+}
+
+/// Limits a sidecar may override; unset fields keep the engine's defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsOverride {
+    time_ms: Option<u64>,
+    memory_bytes: Option<usize>,
+    table_elements: Option<usize>,
+    instances: Option<usize>,
+}
+
+impl LimitsOverride {
+    fn apply(&self, mut limits: Limits) -> Limits {
+        if let Some(ms) = self.time_ms {
+            limits.time = std::time::Duration::from_millis(ms);
+        }
+        limits.memory_bytes = self.memory_bytes.unwrap_or(limits.memory_bytes);
+        limits.table_elements = self.table_elements.unwrap_or(limits.table_elements);
+        limits.instances = self.instances.unwrap_or(limits.instances);
+        limits
+    }
+}
+
+/// The loaded plugins and the strategy names they claim.
+pub(super) struct Registry {
+    /// Keeps the engine and its epoch ticker alive as long as any plugin may run.
+    _runtime: Runtime,
+    plugins: Vec<Arc<Plugin>>,
+    by_name: BTreeMap<String, Arc<Plugin>>,
+}
+
+impl Registry {
+    /// Loads the built-ins (if `builtins`), every `.wasm` in `dir`, and `file`.
+    pub(super) fn load(
+        config: &EngineConfig,
+        builtins: bool,
+        dir: Option<&Path>,
+        file: Option<&Path>,
+    ) -> Result<Self, EngineError> {
+        config
+            .default_limits
+            .validate()
+            .map_err(|reason| EngineError::Load {
+                plugin: "(default limits)".into(),
+                reason,
+            })?;
+        let runtime = Runtime::new()?;
+        let linker = plugin::linker(&runtime, config.allow_wasi)?;
+        let loader = Loader {
+            runtime: &runtime,
+            linker: &linker,
+            config,
+        };
+        let mut loaded = Vec::new();
+        if builtins {
+            for (package, bytes) in BUILTINS {
+                loaded.push(loader.load(
+                    PluginSource::Builtin(package),
+                    bytes,
+                    Sidecar::default(),
+                )?);
+            }
+        }
+        if let Some(dir) = dir {
+            for wasm in wasm_files(dir)? {
+                loaded.push(loader.load_file(&wasm)?);
+            }
+        }
+        if let Some(file) = file {
+            loaded.push(loader.load_file(file)?);
+        }
+        let mut by_name: BTreeMap<String, Arc<Plugin>> = BTreeMap::new();
+        for plugin in &loaded {
+            let info = plugin.info();
+            for name in &info.strategies {
+                if let Some(first) = by_name.get(name) {
+                    return Err(EngineError::DuplicateStrategy {
+                        strategy: name.clone(),
+                        first: first.info().source.to_string(),
+                        second: info.source.to_string(),
+                    });
+                }
+                by_name.insert(name.clone(), Arc::clone(plugin));
+            }
+        }
+        drop(linker);
+        Ok(Self {
+            _runtime: runtime,
+            plugins: loaded,
+            by_name,
+        })
+    }
+
+    pub(super) fn get(&self, strategy: &str) -> Option<&Plugin> {
+        self.by_name.get(strategy).map(AsRef::as_ref)
+    }
+
+    pub(super) fn strategies(&self) -> impl Iterator<Item = (&str, &Plugin)> {
+        self.by_name
+            .iter()
+            .map(|(name, plugin)| (name.as_str(), plugin.as_ref()))
+    }
+
+    pub(super) fn strategy_names(&self) -> Vec<String> {
+        self.by_name.keys().cloned().collect()
+    }
+
+    pub(super) fn plugins(&self) -> impl Iterator<Item = &Plugin> {
+        self.plugins.iter().map(AsRef::as_ref)
+    }
+}
+
+/// The `.wasm` files in `dir`, sorted by name so loading (and duplicate reports) are stable.
+fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, EngineError> {
+    let io_error = |error: std::io::Error| EngineError::Load {
+        plugin: dir.display().to_string(),
+        reason: format!("cannot read the plugins directory: {error}"),
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_error)? {
+        let path = entry.map_err(io_error)?.path();
+        if path.extension().is_some_and(|ext| ext == "wasm") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+struct Loader<'a> {
+    runtime: &'a Runtime,
+    linker: &'a Linker<CallState>,
+    config: &'a EngineConfig,
+}
+
+impl Loader<'_> {
+    fn load_file(&self, path: &Path) -> Result<Arc<Plugin>, EngineError> {
+        let plugin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|error| EngineError::Load {
+            plugin: plugin.clone(),
+            reason: format!("cannot read: {error}"),
+        })?;
+        let sidecar_path = path.with_extension("json");
+        let sidecar = match std::fs::read_to_string(&sidecar_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|error| EngineError::Load {
+                plugin: plugin.clone(),
+                reason: format!("invalid sidecar {}: {error}", sidecar_path.display()),
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
+            Err(error) => {
+                return Err(EngineError::Load {
+                    plugin,
+                    reason: format!("cannot read sidecar {}: {error}", sidecar_path.display()),
+                });
+            }
+        };
+        self.load(PluginSource::File(path.to_path_buf()), &bytes, sidecar)
+    }
+
+    fn load(
+        &self,
+        source: PluginSource,
+        bytes: &[u8],
+        sidecar: Sidecar,
+    ) -> Result<Arc<Plugin>, EngineError> {
+        let label = source.to_string();
+        let load_error = |reason: String| EngineError::Load {
+            plugin: label.clone(),
+            reason,
+        };
+        let sha256 = compile::sha256_hex(bytes);
+        if let Some(expected) = &sidecar.sha256
+            && !expected.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(load_error(format!(
+                "sha256 is {sha256}, but its sidecar expects {expected}"
+            )));
+        }
+        let limits = sidecar
+            .limits
+            .as_ref()
+            .map_or(self.config.default_limits, |o| {
+                o.apply(self.config.default_limits)
+            });
+        limits
+            .validate()
+            .map_err(|reason| load_error(format!("invalid limits in sidecar: {reason}")))?;
+        let settings = sidecar
+            .settings
+            .as_ref()
+            .map(serde_json::Value::to_string)
+            .unwrap_or_default();
+
+        let (component, load) =
+            self.runtime
+                .compile(&label, bytes, &sha256, self.config.cache_dir.as_deref())?;
+        let imports = compile::check_imports(
+            &self.runtime.engine,
+            &label,
+            &component,
+            self.config.allow_wasi,
+        )?;
+        let pre = StrategyPre::new(self.linker, &label, &component)?;
+        let info = PluginInfo {
+            source,
+            strategies: Vec::new(),
+            description: String::new(),
+            version: String::new(),
+            imports,
+            size: bytes.len(),
+            sha256,
+            limits,
+            has_settings: !settings.is_empty(),
+            load,
+        };
+        let plugin = Plugin::new(pre, info, settings)?;
+        let info = plugin.info();
+        tracing::info!(
+            plugin = %label,
+            strategies = ?info.strategies,
+            version = %info.version,
+            sha256 = %info.sha256,
+            from_cache = load.from_cache,
+            load_ms = load.elapsed.as_secs_f64() * 1e3,
+            "loaded strategy plugin"
+        );
+        Ok(Arc::new(plugin))
+    }
+}
