@@ -1,1 +1,128 @@
-//! conclave-testkit.
+//! conclave-testkit: a real Kubernetes control plane for Conclave's tests.
+//!
+//! [`ControlPlane`] runs etcd and kube-apiserver, built from Go modules by `tests/kube/build.sh`,
+//! on free loopback ports with coordinated leader election enabled
+//! (`--feature-gates=CoordinatedLeaderElection=true`,
+//! `--runtime-config=coordination.k8s.io/v1beta1=true`), RBAC, a generated CA, serving
+//! certificate and service-account key, and an admin client certificate (`O=system:masters`).
+//!
+//! Tests share one control plane per test binary ([`ControlPlane::shared`]) and isolate
+//! themselves by namespace ([`ControlPlane::namespace`]); tests that touch cluster-wide state
+//! (the `kube-system` leases of real components, or anything that may crash the apiserver) start
+//! their own with [`ControlPlane::start`]. Helpers run real `kube-scheduler` candidates
+//! ([`ControlPlane::start_scheduler`]), keep the apiserver's built-in election controller passive
+//! ([`ControlPlane::hold_builtin_controller_lease`]), and register LeaseCandidates that answer
+//! pings ([`CandidateResponder`]).
+//!
+//! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
+//! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
+//! is an error instead.
+#![deny(unsafe_code)]
+
+mod binaries;
+mod candidate;
+mod control_plane;
+mod holder;
+mod pki;
+mod process;
+mod scheduler;
+
+pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
+pub use candidate::{CandidateResponder, lease_candidate};
+pub use control_plane::{ControlPlane, SharedControlPlane};
+pub use holder::BuiltinControllerHold;
+pub use process::ManagedProcess;
+pub use scheduler::KubeScheduler;
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while running the control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A binary is missing while `CONCLAVE_REQUIRE_KUBE` demands it.
+    #[error(
+        "{binary} not found (or not executable); build the control plane with tests/kube/build.sh \
+         (CONCLAVE_REQUIRE_KUBE is set, so this is an error rather than a skip)"
+    )]
+    BinaryMissing {
+        /// The missing file.
+        binary: PathBuf,
+    },
+    /// A file-system operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited (or never became ready) while the harness waited for it.
+    #[error("{name} failed: {reason}; log {log}; last lines:\n{tail}")]
+    Process {
+        /// The process name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The end of its log.
+        tail: String,
+    },
+    /// Generating certificates or keys failed.
+    #[error("generating certificates: {0}")]
+    Pki(#[from] rcgen::Error),
+    /// Building a client from the generated kubeconfig failed.
+    #[error("loading kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A condition did not become true in time.
+    #[error("timed out after {seconds}s waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        seconds: u64,
+    },
+    /// A caller passed an argument the harness cannot honour.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// Polls `check` every 250 ms until it returns `Ok(Some(value))`, for at most `timeout`.
+///
+/// Errors from `check` are not retried. Tests wait on conditions with this instead of sleeping.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, Error>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await? {
+            return Ok(value);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
