@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs every Conclave test on a fresh machine: prepares what the tests need (the wasm32-wasip2
+# target, the real Kubernetes control plane built from Go modules, helm built from Go modules),
+# builds the strategy plugins from source, runs the strategy vectors and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+
+rustup target add wasm32-wasip2 >/dev/null
+for prepare in .ci/prepare-kube.sh .ci/prepare-helm.sh; do
+  if [ -f "$prepare" ]; then bash "$prepare"; fi
+done
+
+# Tests that need the real control plane, kubectl or helm fail (instead of skipping) when these
+# are missing: this script installs them, so their absence is a bug.
+export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_KUBECTL=1
+
+echo "== strategy plugins (wasm32-wasip2)"
+(cd strategies && cargo build --target wasm32-wasip2 --release)
+
+echo "== strategy vectors"
+cargo build -p conclave
+for vectors in tests/vectors/*.json; do
+  plugin=$(basename "$vectors" .json)
+  ./target/debug/conclave strategy test "$plugin" --vectors "$vectors"
+done
+
+echo "== workspace tests"
+cargo test --workspace --no-fail-fast
+
+echo "== all tests finished in $(( $(date +%s) - started ))s"
