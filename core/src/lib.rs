@@ -11,6 +11,7 @@ pub mod election;
 #[cfg(feature = "k8s")]
 pub mod k8s;
 pub mod lease;
+pub mod plan;
 pub mod request;
 pub mod strategy;
 pub mod time;

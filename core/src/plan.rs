@@ -1,0 +1,646 @@
+//! Planning one election step as pure data: which candidates count, whom to ping, when to look
+//! again, and what to write into the Lease.
+//!
+//! The controller runs one step per reconcile of a Lease key:
+//!
+//! 1. [`considered`]: live candidates, minus those that were pinged and never acked within the ack
+//!    window (left out until they renew by themselves, so each is pinged at most once per window);
+//! 2. the strategy plugin names the best of the considered candidates;
+//! 3. [`plan_writes`]: what the Lease would need if that candidate won; nothing means no election
+//!    is needed (and [`recheck_at`] says when the Lease may expire);
+//! 4. [`plan_pings`]: elect at once if the best candidate is fresh, otherwise ping every candidate
+//!    that is not fresh (concurrently) and wait; when the window ends the best unacked candidate
+//!    becomes unresponsive and step 1 leaves it out, so the election falls to the acked ones.
+//!
+//! Every function takes `now` as an input; nothing here reads a clock.
+
+use crate::lease::LeaseRecord;
+use crate::request::CandidateView;
+use crate::strategy::is_third_party;
+use crate::time::Timestamp;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+/// Where a candidate stands with respect to pings, at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// It renewed (or acked) within the ack window.
+    Fresh,
+    /// It was pinged less than one window ago and has not acked yet; the window closes at `until`.
+    Pending {
+        /// When the ping's window closes.
+        until: Timestamp,
+    },
+    /// It was pinged at least one window ago and never acked: left out until it renews.
+    Unresponsive,
+    /// Not fresh and no ping outstanding: ping it before counting on it.
+    Stale,
+}
+
+/// Classifies a candidate (upstream's ping rules, spec §6.4 step 3, with non-responsive
+/// candidates left out as in PR #138071).
+#[must_use]
+pub fn liveness(candidate: &CandidateView, now: Timestamp, ack_window: Duration) -> Liveness {
+    if candidate
+        .renew_time
+        .is_some_and(|renew| renew + ack_window > now)
+    {
+        return Liveness::Fresh;
+    }
+    match candidate.ping_time {
+        Some(ping) if candidate.renew_time.is_none_or(|renew| renew < ping) => {
+            let until = ping + ack_window;
+            if until > now {
+                Liveness::Pending { until }
+            } else {
+                Liveness::Unresponsive
+            }
+        }
+        _ => Liveness::Stale,
+    }
+}
+
+/// Whether a candidate has not renewed for `expiry` (or never): it takes no part in elections and
+/// is garbage-collected (upstream: 30 minutes).
+#[must_use]
+pub fn candidate_expired(candidate: &CandidateView, now: Timestamp, expiry: Duration) -> bool {
+    candidate
+        .renew_time
+        .is_none_or(|renew| renew + expiry < now)
+}
+
+/// The candidates an election may consider: all but the unresponsive ones.
+#[must_use]
+pub fn considered(
+    candidates: &[CandidateView],
+    now: Timestamp,
+    ack_window: Duration,
+) -> Vec<CandidateView> {
+    candidates
+        .iter()
+        .filter(|c| liveness(c, now, ack_window) != Liveness::Unresponsive)
+        .cloned()
+        .collect()
+}
+
+/// What to do about pings before electing `best`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PingPlan {
+    /// The best candidate is fresh: elect it now, without waiting for worse ones.
+    Elect,
+    /// Ping these candidates (each not fresh and without an outstanding ping), then look again at
+    /// `recheck_at` unless an ack arrives first.
+    Ping {
+        /// The candidates to ping, sorted by name.
+        candidates: Vec<String>,
+        /// When the window of these pings closes.
+        recheck_at: Timestamp,
+    },
+    /// The best candidate's ping is outstanding; look again at `recheck_at` (when its window
+    /// closes) unless its ack arrives first.
+    Wait {
+        /// When the best candidate's ping window closes.
+        recheck_at: Timestamp,
+    },
+}
+
+/// Decides whether `best` (named by the strategy among `candidates`) can be elected now, or whom to
+/// ping first. Every candidate that is not fresh and has no outstanding ping is pinged in the same
+/// step, so that when the window closes all acks are in.
+///
+/// A `best` that is not among `candidates` is treated as not fresh.
+#[must_use]
+pub fn plan_pings(
+    candidates: &[CandidateView],
+    best: &str,
+    now: Timestamp,
+    ack_window: Duration,
+) -> PingPlan {
+    let best_liveness = candidates
+        .iter()
+        .find(|c| c.name == best)
+        .map_or(Liveness::Stale, |c| liveness(c, now, ack_window));
+    if best_liveness == Liveness::Fresh {
+        return PingPlan::Elect;
+    }
+    let mut to_ping: Vec<String> = candidates
+        .iter()
+        .filter(|c| liveness(c, now, ack_window) == Liveness::Stale)
+        .map(|c| c.name.clone())
+        .collect();
+    to_ping.sort();
+    to_ping.dedup();
+    match best_liveness {
+        Liveness::Pending { until } if to_ping.is_empty() => PingPlan::Wait { recheck_at: until },
+        _ if to_ping.is_empty() => PingPlan::Wait {
+            recheck_at: now + ack_window,
+        },
+        _ => PingPlan::Ping {
+            candidates: to_ping,
+            recheck_at: now + ack_window,
+        },
+    }
+}
+
+/// The kind of a Lease write, for logs, events and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Create the missing Lease with the winner as holder.
+    Create,
+    /// Assign a free (released, holderless or expired) Lease to the winner.
+    TakeOver,
+    /// Ask a live, worse holder to step down by setting `preferredHolder` to the winner.
+    Preempt,
+    /// Remove a `preferredHolder` that no longer applies (the preferred candidate holds the Lease,
+    /// or the holder is the best candidate again).
+    ClearPreferred,
+}
+
+impl WriteKind {
+    /// A short, stable label for metrics and logs.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::TakeOver => "take_over",
+            Self::Preempt => "preempt",
+            Self::ClearPreferred => "clear_preferred",
+        }
+    }
+}
+
+/// A planned Lease write: its kind and the complete desired record. The writer applies the
+/// record's fields to the object it read, with that object's resourceVersion as precondition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseWrite {
+    /// What the write does.
+    pub kind: WriteKind,
+    /// The Lease as it should be after the write.
+    pub desired: LeaseRecord,
+}
+
+/// Everything [`plan_writes`] needs about one election.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteInput<'a> {
+    /// The Lease's namespace (used when it must be created).
+    pub namespace: &'a str,
+    /// The Lease's name (used when it must be created).
+    pub name: &'a str,
+    /// The Lease as last read; `None` if it does not exist.
+    pub lease: Option<&'a LeaseRecord>,
+    /// The best candidate, as named by the strategy.
+    pub winner: &'a str,
+    /// The strategy the election ran under; written into a Lease that has none.
+    pub strategy: &'a str,
+    /// The names of all live candidates of the Lease (acked or not), to tell a candidate holder
+    /// from a legacy one.
+    pub candidates: &'a [&'a str],
+    /// The time of the election.
+    pub now: Timestamp,
+    /// `leaseDurationSeconds` for a Lease Conclave assigns.
+    pub lease_duration_seconds: i32,
+}
+
+/// What must be written so that `input.winner` leads, or `None` when nothing needs to change.
+///
+/// - a missing Lease is created for the winner, with the strategy, duration, renew and acquire
+///   time and the `elected-by: conclave` annotation;
+/// - a free Lease (holder absent or empty, or expired) is taken over; this includes an expired
+///   Lease whose holder is the winner, so that the holder sees a fresh record and renews;
+/// - a live holder that is the winner keeps the Lease; a stale `preferredHolder` is cleared;
+/// - a live holder that is not a candidate (a legacy client) keeps the Lease until it expires;
+/// - a live candidate holder that is not the winner is pre-empted through `preferredHolder`.
+///
+/// Absent and empty holders are the same; no field is assumed present.
+#[must_use]
+pub fn plan_writes(input: &WriteInput<'_>) -> Option<LeaseWrite> {
+    let Some(lease) = input.lease else {
+        return Some(LeaseWrite {
+            kind: WriteKind::Create,
+            desired: LeaseRecord {
+                namespace: input.namespace.into(),
+                name: input.name.into(),
+                holder_identity: Some(input.winner.into()),
+                strategy: Some(input.strategy.into()),
+                lease_duration_seconds: Some(input.lease_duration_seconds),
+                renew_time: Some(input.now),
+                acquire_time: Some(input.now),
+                lease_transitions: Some(0),
+                elected_by_conclave: true,
+                ..LeaseRecord::default()
+            },
+        });
+    };
+    let mut desired = lease.clone();
+    if lease.strategy().is_none() {
+        desired.strategy = Some(input.strategy.into());
+    }
+    let kind = match lease.holder() {
+        holder if lease.is_free(input.now) => {
+            if holder != Some(input.winner) {
+                let transitions = lease.lease_transitions.unwrap_or(0);
+                desired.lease_transitions = Some(if holder.is_some() {
+                    transitions.saturating_add(1)
+                } else {
+                    transitions
+                });
+            }
+            desired.holder_identity = Some(input.winner.into());
+            desired.preferred_holder = None;
+            desired.renew_time = Some(input.now);
+            desired.acquire_time = Some(input.now);
+            desired.lease_duration_seconds = Some(input.lease_duration_seconds);
+            desired.elected_by_conclave = true;
+            WriteKind::TakeOver
+        }
+        Some(holder) if holder == input.winner => {
+            lease.preferred()?;
+            desired.preferred_holder = None;
+            WriteKind::ClearPreferred
+        }
+        Some(holder) if !input.candidates.contains(&holder) => return None,
+        _ if lease.preferred() == Some(input.winner) => return None,
+        _ => {
+            desired.preferred_holder = Some(input.winner.into());
+            WriteKind::Preempt
+        }
+    };
+    Some(LeaseWrite { kind, desired })
+}
+
+/// When to look at a Lease again if nothing happens: the instant after a held Lease expires, so
+/// an expiry is acted on without polling. `None` for a missing or free Lease (watch events cover
+/// those).
+#[must_use]
+pub fn recheck_at(lease: Option<&LeaseRecord>, now: Timestamp) -> Option<Timestamp> {
+    let lease = lease?;
+    if lease.is_free(now) {
+        return None;
+    }
+    lease.expires_at().map(|at| at + Duration::from_millis(1))
+}
+
+/// Which Leases a controller handles (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Every Lease, unless kube-apiserver's built-in controller is active: then only Leases with a
+    /// third-party (domain-prefixed) strategy.
+    #[default]
+    Auto,
+    /// Every Lease.
+    All,
+    /// Only Leases with a third-party strategy.
+    ThirdParty,
+}
+
+impl Mode {
+    /// Whether a Lease running `strategy` is this controller's to elect for, given whether the
+    /// built-in controller is active (its own Lease is held and fresh).
+    #[must_use]
+    pub fn handles(self, strategy: &str, builtin_active: bool) -> bool {
+        match self {
+            Self::All => true,
+            Self::ThirdParty => is_third_party(strategy),
+            Self::Auto => !builtin_active || is_third_party(strategy),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    const WINDOW: Duration = Duration::from_secs(5);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    fn candidate(name: &str, renew: Option<i64>, ping: Option<i64>) -> CandidateView {
+        CandidateView {
+            name: name.into(),
+            renew_time: renew.map(at),
+            ping_time: ping.map(at),
+            ..CandidateView::default()
+        }
+    }
+
+    #[test]
+    fn liveness_rules() {
+        let now = at(100);
+        let table = [
+            (
+                "renewed recently",
+                candidate("a", Some(97), None),
+                Liveness::Fresh,
+            ),
+            (
+                "acked a ping",
+                candidate("a", Some(98), Some(97)),
+                Liveness::Fresh,
+            ),
+            (
+                "window edge is stale",
+                candidate("a", Some(95), None),
+                Liveness::Stale,
+            ),
+            ("never renewed", candidate("a", None, None), Liveness::Stale),
+            (
+                "ping outstanding",
+                candidate("a", Some(10), Some(98)),
+                Liveness::Pending { until: at(103) },
+            ),
+            (
+                "ping without any renewal",
+                candidate("a", None, Some(99)),
+                Liveness::Pending { until: at(104) },
+            ),
+            (
+                "ping never acked",
+                candidate("a", Some(10), Some(95)),
+                Liveness::Unresponsive,
+            ),
+            (
+                "old acked ping",
+                candidate("a", Some(50), Some(40)),
+                Liveness::Stale,
+            ),
+        ];
+        for (case, c, want) in table {
+            assert_eq!(liveness(&c, now, WINDOW), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn candidate_expiry() {
+        let expiry = Duration::from_secs(1800);
+        let now = at(10_000);
+        assert!(candidate_expired(&candidate("a", None, None), now, expiry));
+        assert!(candidate_expired(
+            &candidate("a", Some(8_199), None),
+            now,
+            expiry
+        ));
+        assert!(!candidate_expired(
+            &candidate("a", Some(8_200), None),
+            now,
+            expiry
+        ));
+    }
+
+    #[test]
+    fn unresponsive_candidates_are_left_out() {
+        let cands = [
+            candidate("dead", Some(10), Some(90)),
+            candidate("live", Some(99), None),
+            candidate("pinged", Some(10), Some(98)),
+        ];
+        let names: Vec<String> = considered(&cands, at(100), WINDOW)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, vec!["live", "pinged"]);
+    }
+
+    #[test]
+    fn ping_plans() {
+        let now = at(100);
+        let table: [(&str, Vec<CandidateView>, &str, PingPlan); 6] = [
+            (
+                "fresh best is elected without waiting for worse candidates",
+                vec![
+                    candidate("best", Some(99), None),
+                    candidate("worse", Some(1), Some(98)),
+                ],
+                "best",
+                PingPlan::Elect,
+            ),
+            (
+                "stale candidates are pinged together, fresh ones are not",
+                vec![
+                    candidate("best", Some(1), None),
+                    candidate("b", None, None),
+                    candidate("fresh", Some(99), None),
+                ],
+                "best",
+                PingPlan::Ping {
+                    candidates: vec!["b".into(), "best".into()],
+                    recheck_at: at(105),
+                },
+            ),
+            (
+                "outstanding ping on the best: wait until its window closes",
+                vec![
+                    candidate("best", Some(1), Some(98)),
+                    candidate("other", Some(99), None),
+                ],
+                "best",
+                PingPlan::Wait {
+                    recheck_at: at(103),
+                },
+            ),
+            (
+                "outstanding ping on the best and a stale one: ping it too",
+                vec![
+                    candidate("best", Some(1), Some(98)),
+                    candidate("other", Some(1), None),
+                ],
+                "best",
+                PingPlan::Ping {
+                    candidates: vec!["other".into()],
+                    recheck_at: at(105),
+                },
+            ),
+            (
+                "a pending candidate is never pinged twice in its window",
+                vec![
+                    candidate("best", Some(1), Some(97)),
+                    candidate("b", None, Some(99)),
+                ],
+                "best",
+                PingPlan::Wait {
+                    recheck_at: at(102),
+                },
+            ),
+            (
+                "unknown best is not fresh",
+                vec![candidate("a", Some(99), None)],
+                "ghost",
+                PingPlan::Wait {
+                    recheck_at: at(105),
+                },
+            ),
+        ];
+        for (case, cands, best, want) in table {
+            assert_eq!(plan_pings(&cands, best, now, WINDOW), want, "{case}");
+        }
+    }
+
+    fn held(holder: Option<&str>, renew: i64, preferred: Option<&str>) -> LeaseRecord {
+        LeaseRecord {
+            namespace: "ns".into(),
+            name: "l".into(),
+            resource_version: "7".into(),
+            holder_identity: holder.map(Into::into),
+            preferred_holder: preferred.map(Into::into),
+            strategy: Some("S".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(at(renew)),
+            acquire_time: Some(at(renew)),
+            lease_transitions: Some(3),
+            elected_by_conclave: false,
+        }
+    }
+
+    fn plan(lease: Option<&LeaseRecord>, winner: &str) -> Option<LeaseWrite> {
+        plan_writes(&WriteInput {
+            namespace: "ns",
+            name: "l",
+            lease,
+            winner,
+            strategy: "S",
+            candidates: &["a", "b"],
+            now: at(100),
+            lease_duration_seconds: 15,
+        })
+    }
+
+    #[test]
+    fn missing_lease_is_created_for_the_winner() {
+        let write = plan(None, "a").expect("a write");
+        assert_eq!(write.kind, WriteKind::Create);
+        let d = write.desired;
+        assert_eq!((d.namespace.as_str(), d.name.as_str()), ("ns", "l"));
+        assert_eq!(d.holder(), Some("a"));
+        assert_eq!(d.strategy(), Some("S"));
+        assert_eq!(d.lease_duration_seconds, Some(15));
+        assert_eq!(
+            (d.renew_time, d.acquire_time),
+            (Some(at(100)), Some(at(100)))
+        );
+        assert!(d.elected_by_conclave);
+    }
+
+    #[test]
+    fn free_leases_are_taken_over() {
+        let table = [
+            ("released (empty)", held(Some(""), 99, None), 3),
+            ("holder absent", held(None, 99, None), 3),
+            ("expired other holder", held(Some("b"), 80, Some("a")), 4),
+            ("expired legacy holder", held(Some("legacy"), 80, None), 4),
+            (
+                "expired winner refreshes its record",
+                held(Some("a"), 80, None),
+                3,
+            ),
+        ];
+        for (case, lease, transitions) in table {
+            let write = plan(Some(&lease), "a").expect(case);
+            assert_eq!(write.kind, WriteKind::TakeOver, "{case}");
+            let d = write.desired;
+            assert_eq!(d.holder(), Some("a"), "{case}");
+            assert_eq!(d.preferred(), None, "{case}");
+            assert_eq!(d.renew_time, Some(at(100)), "{case}");
+            assert_eq!(d.lease_duration_seconds, Some(15), "{case}");
+            assert_eq!(d.lease_transitions, Some(transitions), "{case}");
+            assert_eq!(d.resource_version, "7", "{case}: precondition kept");
+            assert!(d.elected_by_conclave, "{case}");
+        }
+    }
+
+    #[test]
+    fn live_holders() {
+        let table: [(&str, LeaseRecord, Option<(WriteKind, Option<&str>)>); 6] = [
+            ("winner holds: nothing", held(Some("a"), 99, None), None),
+            (
+                "preferred candidate now holds: clear",
+                held(Some("a"), 99, Some("a")),
+                Some((WriteKind::ClearPreferred, None)),
+            ),
+            (
+                "stale preference for another: clear",
+                held(Some("a"), 99, Some("b")),
+                Some((WriteKind::ClearPreferred, None)),
+            ),
+            (
+                "worse candidate holds: pre-empt",
+                held(Some("b"), 99, None),
+                Some((WriteKind::Preempt, Some("a"))),
+            ),
+            (
+                "already pre-empted: nothing",
+                held(Some("b"), 99, Some("a")),
+                None,
+            ),
+            (
+                "legacy holder keeps it until expiry",
+                held(Some("legacy"), 99, None),
+                None,
+            ),
+        ];
+        for (case, lease, want) in table {
+            let got = plan(Some(&lease), "a");
+            let got = got.map(|w| {
+                assert_eq!(
+                    w.desired.holder(),
+                    lease.holder(),
+                    "{case}: holder unchanged"
+                );
+                (w.kind, w.desired.preferred().map(String::from))
+            });
+            let want = want.map(|(kind, p)| (kind, p.map(String::from)));
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn missing_strategy_is_written_with_a_preemption() {
+        let mut lease = held(Some("b"), 99, None);
+        lease.strategy = Some(String::new());
+        let write = plan(Some(&lease), "a").expect("pre-empt");
+        assert_eq!(write.desired.strategy(), Some("S"));
+        let mut own = held(Some("b"), 99, None);
+        own.strategy = Some("example.com/x".into());
+        let write = plan(Some(&own), "a").expect("pre-empt");
+        assert_eq!(
+            write.desired.strategy(),
+            Some("example.com/x"),
+            "a Lease's own strategy is kept"
+        );
+    }
+
+    #[test]
+    fn recheck_when_a_held_lease_expires() {
+        let lease = held(Some("a"), 95, None);
+        assert_eq!(
+            recheck_at(Some(&lease), at(100)),
+            Some(at(105) + Duration::from_millis(1))
+        );
+        assert_eq!(recheck_at(Some(&held(Some(""), 99, None)), at(100)), None);
+        assert_eq!(recheck_at(None, at(100)), None);
+    }
+
+    #[test]
+    fn modes() {
+        let oev = crate::strategy::OLDEST_EMULATION_VERSION;
+        let tp = "conclave.dev/priority";
+        let table = [
+            (Mode::All, true, oev, true),
+            (Mode::All, true, tp, true),
+            (Mode::ThirdParty, false, oev, false),
+            (Mode::ThirdParty, false, tp, true),
+            (Mode::Auto, true, oev, false),
+            (Mode::Auto, true, tp, true),
+            (Mode::Auto, false, oev, true),
+        ];
+        for (mode, builtin, strategy, want) in table {
+            assert_eq!(
+                mode.handles(strategy, builtin),
+                want,
+                "{mode:?} {builtin} {strategy}"
+            );
+        }
+    }
+}
