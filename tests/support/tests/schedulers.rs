@@ -109,7 +109,7 @@ async fn builtin_controller_elects_the_oldest_emulation_version() {
     );
     let log = std::fs::read_to_string(leader.log_path()).unwrap();
     assert!(
-        log.contains("successfully acquired lease kube-system/kube-scheduler"),
+        log.contains(r#""Successfully acquired lease" lock="kube-system/kube-scheduler""#),
         "the elected scheduler's log does not show it acquiring the lease: {}",
         leader.log_path().display()
     );

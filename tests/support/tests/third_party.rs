@@ -61,10 +61,13 @@ async fn third_party_strategy_gets_a_lease_without_holder() {
 }
 
 /// Spec §6.6: the controller dereferences the existing holder without a nil check when it
-/// elects for `OldestEmulationVersion` on an expired Lease that has no holder (the kind of Lease
-/// it creates itself for a third-party strategy).
+/// elects for `OldestEmulationVersion` on an expired Lease that has no holder, which is exactly
+/// the Lease it creates itself for a third-party strategy. In v1.37.2 the panic is re-raised by
+/// `HandleCrash` and kills kube-apiserver. Conclave must never leave such a Lease where the
+/// built-in controller is active; if this test starts failing, upstream fixed the bug: update
+/// tests/kube/README.md.
 #[tokio::test(flavor = "multi_thread")]
-async fn holderless_lease_then_oldest_emulation_version() {
+async fn holderless_lease_switching_to_oldest_emulation_version_crashes_kube_apiserver() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
@@ -76,15 +79,18 @@ async fn holderless_lease_then_oldest_emulation_version() {
     let _a = CandidateResponder::register(client.clone(), c)
         .await
         .unwrap();
-    wait_for(
+    let lease = wait_for(
         "the built-in controller to create lease hl",
         TIMEOUT,
         || async { leases.get_opt("hl").await.map_err(Into::into) },
     )
     .await
     .unwrap();
-    // Let the holderless lease expire (5 s), then a newer binary asks for the built-in strategy:
-    // the highest binary version decides the strategy, so the controller now elects.
+    assert_eq!(lease.spec.unwrap().holder_identity, None);
+
+    // Once the holderless Lease has expired (5 s), a newer binary asks for the built-in strategy.
+    // The highest binary version decides the strategy, so the controller now elects "a"; it finds
+    // the Lease expired and compares the new holder with the nil old one.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let c = lease_candidate(
         &ns,
@@ -98,22 +104,15 @@ async fn holderless_lease_then_oldest_emulation_version() {
         .await
         .unwrap();
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline && cp.apiserver_running() {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    eprintln!(
-        "FINDING apiserver running after 60s: {}",
-        cp.apiserver_running()
+    wait_for("kube-apiserver to exit", TIMEOUT, || async {
+        Ok((!cp.apiserver_running()).then_some(()))
+    })
+    .await
+    .unwrap();
+    let log = cp.apiserver_log_tail(200_000);
+    assert!(log.contains("nil pointer dereference"), "{log}");
+    assert!(
+        log.contains("leaderelection.(*Controller).reconcileElectionStep"),
+        "the panic is not in the election controller:\n{log}"
     );
-    if cp.apiserver_running() {
-        let lease = leases.get("hl").await.unwrap();
-        eprintln!("FINDING lease: {:?}", lease.spec);
-    } else {
-        eprintln!(
-            "FINDING apiserver log tail:\n{}",
-            cp.apiserver_log_tail(6000)
-        );
-    }
-    panic!("exploration: see FINDING lines");
 }
