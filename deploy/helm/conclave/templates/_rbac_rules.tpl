@@ -1,0 +1,24 @@
+{{/*
+The rules for managing coordinated Leases, exactly what `conclave run` does and no more:
+- Leases: watch every Lease (get/list/watch), create a missing Lease for its winner, write
+  holder/preferredHolder with resourceVersion-checked updates. Never delete.
+- LeaseCandidates: watch them, ping (update of spec.pingTime), garbage-collect stale ones
+  (delete, after a fresh get). Never create: candidates register themselves.
+- Events (events.k8s.io and core): Elected, Preempted, StrategyConflict, PluginError on Leases;
+  patch bumps the count of a repeated event.
+Nothing else: no Secrets, ConfigMaps, Pods or Namespaces.
+*/}}
+{{- define "conclave.managedLeaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leasecandidates"]
+  verbs: ["get", "list", "watch", "update", "delete"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
