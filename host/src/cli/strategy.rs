@@ -287,6 +287,16 @@ fn test(
         let settings = case.settings.as_ref().or(file.settings.as_ref());
         let request = case_request(case, name, settings);
         let expected = case.expect.leader.as_deref();
+        if !target.plugin.strategies.iter().any(|s| s == name) {
+            failed += 1;
+            println!(
+                "FAIL {}: plugin {} does not implement strategy {name:?} (it implements {})",
+                case.name,
+                target.plugin.source,
+                target.plugin.strategies.join(", ")
+            );
+            continue;
+        }
         match target.engine.elect(name, &request) {
             Ok(actual) if actual.as_deref() == expected => {
                 passed += 1;
