@@ -9,10 +9,11 @@
 //! Tests share one control plane per test binary ([`ControlPlane::shared`]) and isolate
 //! themselves by namespace ([`ControlPlane::namespace`]); tests that touch cluster-wide state
 //! (the `kube-system` leases of real components, or anything that may crash the apiserver) start
-//! their own with [`ControlPlane::start`]. Helpers run real `kube-scheduler` candidates
-//! ([`ControlPlane::start_scheduler`]), keep the apiserver's built-in election controller passive
-//! ([`ControlPlane::hold_builtin_controller_lease`]), and register LeaseCandidates that answer
-//! pings ([`CandidateResponder`]).
+//! their own with [`ControlPlane::start`]. Helpers run real `kube-scheduler` and
+//! `kube-controller-manager` candidates ([`ControlPlane::start_scheduler`],
+//! [`ControlPlane::start_controller_manager`]), keep the apiserver's built-in election controller
+//! passive ([`ControlPlane::hold_builtin_controller_lease`]), and register LeaseCandidates that
+//! answer pings ([`CandidateResponder`]).
 //!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
@@ -21,18 +22,18 @@
 
 mod binaries;
 mod candidate;
+mod components;
 mod control_plane;
 mod holder;
 mod pki;
 mod process;
-mod scheduler;
 
 pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
 pub use candidate::{CandidateResponder, lease_candidate};
+pub use components::{ComponentKind, KubeComponent};
 pub use control_plane::{ControlPlane, SharedControlPlane};
 pub use holder::BuiltinControllerHold;
 pub use process::ManagedProcess;
-pub use scheduler::KubeScheduler;
 
 use std::path::PathBuf;
 
