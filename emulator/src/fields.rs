@@ -27,9 +27,21 @@ const SYSTEM_META: &[&str] = &[
     "generateName",
 ];
 
+/// Maps (as opposed to structs) among the served types' fields: an `Update` that creates one
+/// also owns the map itself, which `FieldsV1` records as a `"."` entry.
+const MAPS: &[&[&str]] = &[&["metadata", "labels"], &["metadata", "annotations"]];
+
+/// The value at `path`, where a trailing `"."` stands for "the map exists".
+static PRESENT: Value = Value::Bool(true);
+
 fn collect(v: &Value, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
     match v {
         Value::Object(map) if !map.is_empty() => {
+            if MAPS.iter().any(|m| m.iter().eq(path.iter())) {
+                let mut own = path.clone();
+                own.push(".".into());
+                out.insert(own);
+            }
             for (k, child) in map {
                 if path.len() == 1 && path[0] == "metadata" && SYSTEM_META.contains(&k.as_str()) {
                     continue;
@@ -49,6 +61,10 @@ fn collect(v: &Value, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
     }
 }
 
+fn is_map_itself(path: &FieldPath) -> bool {
+    path.last().is_some_and(|k| k == ".")
+}
+
 /// The leaf field paths set in an object.
 pub(crate) fn leaves(obj: &Value) -> BTreeSet<FieldPath> {
     let mut out = BTreeSet::new();
@@ -57,6 +73,13 @@ pub(crate) fn leaves(obj: &Value) -> BTreeSet<FieldPath> {
 }
 
 fn get_path<'a>(obj: &'a Value, path: &FieldPath) -> Option<&'a Value> {
+    if is_map_itself(path) {
+        let parent = &path[..path.len() - 1];
+        return parent
+            .iter()
+            .try_fold(obj, |v, k| v.get(k))
+            .map(|_| &PRESENT);
+    }
     path.iter().try_fold(obj, |v, k| v.get(k))
 }
 
@@ -101,9 +124,12 @@ fn to_fields_v1(set: &BTreeSet<FieldPath>) -> Value {
     for path in set {
         let mut cur = &mut root;
         for k in path {
-            let entry = cur
-                .entry(format!("f:{k}"))
-                .or_insert_with(|| Value::Object(Map::new()));
+            let key = if k == "." {
+                k.clone()
+            } else {
+                format!("f:{k}")
+            };
+            let entry = cur.entry(key).or_insert_with(|| Value::Object(Map::new()));
             cur = entry.as_object_mut().expect("fieldsV1 nodes are objects");
         }
     }
@@ -113,7 +139,11 @@ fn to_fields_v1(set: &BTreeSet<FieldPath>) -> Value {
 fn from_fields_v1(v: &Value, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
     let children: Vec<(&String, &Value)> = v
         .as_object()
-        .map(|m| m.iter().filter(|(k, _)| k.starts_with("f:")).collect())
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("f:") || *k == ".")
+                .collect()
+        })
         .unwrap_or_default();
     if children.is_empty() {
         if !path.is_empty() {
@@ -122,7 +152,11 @@ fn from_fields_v1(v: &Value, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>
         return;
     }
     for (k, child) in children {
-        path.push(k[2..].to_string());
+        path.push(if k == "." {
+            k.clone()
+        } else {
+            k[2..].to_string()
+        });
         from_fields_v1(child, path, out);
         path.pop();
     }
@@ -260,7 +294,11 @@ pub(crate) fn apply(
     now: &str,
 ) -> Result<Value, ApplyConflicts> {
     let mut entries = read_entries(live);
-    let wanted = leaves(config);
+    // Apply owns what the configuration sets, never a map itself.
+    let wanted: BTreeSet<FieldPath> = leaves(config)
+        .into_iter()
+        .filter(|p| !is_map_itself(p))
+        .collect();
     let mut conflicts = Vec::new();
     for e in &mut entries {
         if e.manager == manager {

@@ -63,28 +63,36 @@ pub(crate) fn normalize(res_id: usize, body: Value) -> Result<(Value, Vec<String
         )));
     };
     let api_version = res.api_version();
-    match map.get("apiVersion").and_then(Value::as_str) {
-        None | Some("") => {
-            map.insert("apiVersion".into(), Value::String(api_version.clone()));
-        }
-        Some(v) if v != api_version => {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({v}) does not match the expected API version ({api_version})"
-            )));
-        }
-        Some(_) => {}
+    if map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        map.insert("apiVersion".into(), Value::String(api_version.clone()));
     }
-    match map.get("kind").and_then(Value::as_str) {
-        None | Some("") => {
-            map.insert("kind".into(), Value::String(res.kind.into()));
-        }
-        Some(k) if k != res.kind => {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({k}) does not match the expected kind ({})",
-                res.kind
-            )));
-        }
-        Some(_) => {}
+    if map
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        map.insert("kind".into(), Value::String(res.kind.into()));
+    }
+    let data_version = map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let data_kind = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if data_version != api_version || data_kind != res.kind {
+        let version = data_version.rsplit('/').next().unwrap_or("");
+        return Err(ApiError::bad_request(format!(
+            "{data_kind} in version \"{version}\" cannot be handled as a {kind}: no kind \"{data_kind}\" is registered for version \"{data_version}\" in scheme \"pkg/runtime/scheme.go:111\"",
+            kind = res.kind
+        )));
     }
     let input = Value::Object(map);
     let output = match (res.group, res.plural) {

@@ -21,6 +21,7 @@ pub(crate) enum PatchType {
 impl PatchType {
     /// Maps a Content-Type to a patch type.
     pub fn from_content_type(content_type: &str) -> Result<Self, ApiError> {
+        tracing::trace!(content_type, "patch content type");
         let essence = content_type
             .split(';')
             .next()
@@ -34,7 +35,7 @@ impl PatchType {
             "application/apply-patch+yaml"
             | "application/apply-patch+json"
             | "application/apply-patch+cbor" => Ok(Self::Apply),
-            _ => Err(ApiError::unsupported_media_type(content_type)),
+            _ => Err(ApiError::unsupported_media_type()),
         }
     }
 }
@@ -76,8 +77,7 @@ pub(crate) fn apply_patch(
         PatchType::Json => {
             let patch: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::patch(&mut doc, &patch)
-                .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+            json_patch::patch(&mut doc, &patch).map_err(|_| ApiError::patch_rejected())?;
         }
         PatchType::Strategic => {
             let patch = parse_json(body)?;

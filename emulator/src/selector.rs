@@ -144,7 +144,7 @@ impl FieldSelector {
             let field = field.trim();
             if !res.supports_field(field) {
                 return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
+                    "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
                 )));
             }
             reqs.push((field.to_string(), value.trim().to_string(), negated));
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(err.code.as_u16(), 400);
         assert_eq!(
             err.message,
-            "field label not supported: spec.holderIdentity"
+            r#""spec.holderIdentity" is not a known field selector: only "metadata.name", "metadata.namespace""#
         );
     }
 }

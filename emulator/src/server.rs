@@ -283,7 +283,7 @@ impl Handler<'_> {
             return patch::parse_apply(body);
         }
         if content_type.contains("protobuf") || content_type.contains("cbor") {
-            return Err(ApiError::unsupported_media_type(content_type));
+            return Err(ApiError::unsupported_media_type());
         }
         serde_json::from_slice(body).map_err(|e| {
             let info = &RESOURCES[self.target.res];
@@ -520,7 +520,7 @@ impl Handler<'_> {
                     let now = objects::now_rfc3339();
                     fields::apply(live, &config, &manager, force, &api_version, &now)
                         .map(|merged| (merged, Writer::Apply))
-                        .map_err(|c| ApiError::apply_conflict(info, &name, &c.0))
+                        .map_err(|c| ApiError::apply_conflict(&c.0))
                 },
                 &manager,
             )?

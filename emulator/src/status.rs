@@ -101,17 +101,14 @@ impl ApiError {
         e
     }
 
-    /// 409 Conflict for server-side apply field-manager conflicts.
-    pub fn apply_conflict(res: &ResourceInfo, name: &str, conflicts: &[(String, String)]) -> Self {
-        let api_version = res.api_version();
+    /// 409 Conflict for server-side apply field-manager conflicts, worded as kube-apiserver
+    /// words them (one API version per resource here, so no "using <version>").
+    pub fn apply_conflict(conflicts: &[(String, String)]) -> Self {
         let message = match conflicts {
             [(manager, field)] => {
-                format!(
-                    "Apply failed with 1 conflict: conflict with \"{manager}\" using {api_version}: {field}"
-                )
+                format!("Apply failed with 1 conflict: conflict with \"{manager}\": {field}")
             }
             many => {
-                let mut m = format!("Apply failed with {} conflicts: ", many.len());
                 let mut by_manager: Vec<(&str, Vec<&str>)> = Vec::new();
                 for (manager, field) in many {
                     match by_manager.iter_mut().find(|(m, _)| *m == manager) {
@@ -123,41 +120,69 @@ impl ApiError {
                     .iter()
                     .map(|(manager, fields)| {
                         let list: Vec<String> = fields.iter().map(|f| format!("- {f}")).collect();
-                        format!(
-                            "conflicts with \"{manager}\" using {api_version}:\n{}",
-                            list.join("\n")
-                        )
+                        format!("conflicts with \"{manager}\":\n{}", list.join("\n"))
                     })
                     .collect();
-                m.push_str(&parts.join("\n"));
-                m
+                format!(
+                    "Apply failed with {} conflicts: {}",
+                    many.len(),
+                    parts.join("\n")
+                )
             }
         };
-        let mut d = details(res, name);
-        d["causes"] = conflicts
+        let causes: Vec<Value> = conflicts
             .iter()
             .map(|(manager, field)| {
-                json!({
-                    "reason": "FieldManagerConflict",
-                    "message": format!("conflict with \"{manager}\" using {api_version}"),
-                    "field": field,
-                })
+                json!({ "reason": "FieldManagerConflict", "message": format!("conflict with \"{manager}\""), "field": field })
             })
             .collect();
         let mut e = Self::new(StatusCode::CONFLICT, "Conflict", message);
+        e.details = Some(json!({ "causes": causes }));
+        e
+    }
+
+    /// 409 Conflict from a failed delete precondition; kube-apiserver names the kind here.
+    pub fn precondition_failed(res: &ResourceInfo, name: &str, why: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                res.qualified_kind()
+            ),
+        );
+        let mut d = json!({ "name": name, "kind": res.kind });
+        if !res.group.is_empty() {
+            d["group"] = json!(res.group);
+        }
         e.details = Some(d);
         e
     }
 
     /// 422 Invalid from field errors.
     pub fn invalid(res: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
-        let message =
-            conclave_core::validation::invalid_message(&res.qualified_kind(), name, errors);
+        Self::invalid_named(res, name, errors, &res.qualified_kind(), res.kind)
+    }
+
+    /// 422 Invalid raised by the generic registry (not the type's validation), which names the
+    /// resource (`leases.coordination.k8s.io`) instead of the kind.
+    pub fn invalid_by_registry(res: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_named(res, name, errors, &res.group_resource(), res.plural)
+    }
+
+    fn invalid_named(
+        res: &ResourceInfo,
+        name: &str,
+        errors: &[FieldError],
+        qualified: &str,
+        kind: &str,
+    ) -> Self {
+        let message = conclave_core::validation::invalid_message(qualified, name, errors);
         let causes: Vec<Value> = errors
             .iter()
             .map(|fe| json!({ "reason": fe.kind.cause_reason(), "message": fe.message(), "field": fe.path }))
             .collect();
-        let mut d = json!({ "name": name, "kind": res.kind, "causes": causes });
+        let mut d = json!({ "name": name, "kind": kind, "causes": causes });
         if !res.group.is_empty() {
             d["group"] = json!(res.group);
         }
@@ -179,9 +204,15 @@ impl ApiError {
         e
     }
 
-    /// 422 with a plain message (JSON patch failures).
-    pub fn unprocessable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+    /// 422 for a JSON patch that cannot be applied (kube-apiserver does not say why).
+    pub fn patch_rejected() -> Self {
+        let mut e = Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.details = Some(json!({}));
+        e
     }
 
     /// 405 MethodNotAllowed.
@@ -205,14 +236,14 @@ impl ApiError {
     }
 
     /// 415 UnsupportedMediaType.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(
+    pub fn unsupported_media_type() -> Self {
+        let mut e = Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
-            ),
-        )
+            "415: Unsupported Media Type",
+        );
+        e.details = Some(json!({}));
+        e
     }
 
     /// 500 InternalError, injected by faults.

@@ -505,10 +505,10 @@ impl Store {
                 let fe = conclave_core::validation::FieldError {
                     kind: conclave_core::validation::FieldErrorKind::Invalid,
                     path: "metadata.resourceVersion".into(),
-                    value: Some("0x0".into()),
+                    value: Some("0".into()),
                     detail: "must be specified for an update".into(),
                 };
-                return Err(ApiError::invalid(info, name, &[fe]));
+                return Err(ApiError::invalid_by_registry(info, name, &[fe]));
             }
         } else if requested_rv != meta_str(&old, "resourceVersion") {
             return Err(ApiError::conflict(info, name));
@@ -580,21 +580,21 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(info, name))?;
         if let Some(uid) = uid.filter(|u| *u != meta_str(&old, "uid")) {
-            return Err(ApiError::conflict_with(
+            return Err(ApiError::precondition_failed(
                 info,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
                     meta_str(&old, "uid")
                 ),
             ));
         }
         if let Some(rv) = rv.filter(|r| *r != meta_str(&old, "resourceVersion")) {
-            return Err(ApiError::conflict_with(
+            return Err(ApiError::precondition_failed(
                 info,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
                     meta_str(&old, "resourceVersion")
                 ),
             ));
@@ -667,7 +667,13 @@ impl Store {
         let mut items = Vec::new();
         for (kns, kname) in names {
             match self.delete(res, &kns, &kname, None, None) {
-                Ok(Deleted::Gone(o) | Deleted::Marked(o)) => items.push(o),
+                Ok(Deleted::Gone(mut o) | Deleted::Marked(mut o)) => {
+                    if let Some(m) = o.as_object_mut() {
+                        m.remove("apiVersion");
+                        m.remove("kind");
+                    }
+                    items.push(o);
+                }
                 Err(e) if e.code.as_u16() == 404 => {}
                 Err(e) => return Err(e),
             }

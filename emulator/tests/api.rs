@@ -14,8 +14,15 @@ use std::collections::BTreeMap;
 
 fn lease(name: &str, holder: &str) -> Lease {
     Lease {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: Some(LeaseSpec { holder_identity: Some(holder.into()), lease_duration_seconds: Some(15), ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
     }
 }
 
@@ -23,7 +30,12 @@ fn candidate(name: &str, lease_name: &str, labels: &[(&str, &str)]) -> LeaseCand
     LeaseCandidate {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
             ..Default::default()
         },
         spec: Some(LeaseCandidateSpec {
@@ -40,26 +52,65 @@ fn candidate(name: &str, lease_name: &str, labels: &[(&str, &str)]) -> LeaseCand
 async fn create_get_update_delete_with_resource_versions() {
     let (emulator, client) = common::start().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let created = leases.create(&PostParams::default(), &lease("a", "x")).await.unwrap();
-    let rv1: u64 = created.metadata.resource_version.clone().unwrap().parse().unwrap();
-    assert!(created.metadata.uid.as_deref().is_some_and(|u| u.len() == 36));
+    let created = leases
+        .create(&PostParams::default(), &lease("a", "x"))
+        .await
+        .unwrap();
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        created
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|u| u.len() == 36)
+    );
     assert!(created.metadata.creation_timestamp.is_some());
     assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
-    assert_eq!(leases.get("a").await.unwrap().spec.unwrap().holder_identity.as_deref(), Some("x"));
+    assert_eq!(
+        leases
+            .get("a")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("x")
+    );
 
-    let (code, reason, message) = api_code(leases.create(&PostParams::default(), &lease("a", "y")).await);
+    let (code, reason, message) = api_code(
+        leases
+            .create(&PostParams::default(), &lease("a", "y"))
+            .await,
+    );
     assert_eq!((code, reason.as_str()), (409, "AlreadyExists"));
     assert_eq!(message, r#"leases.coordination.k8s.io "a" already exists"#);
 
     let mut changed = created.clone();
     changed.spec.as_mut().unwrap().holder_identity = Some("y".into());
-    let updated = leases.replace("a", &PostParams::default(), &changed).await.unwrap();
-    let rv2: u64 = updated.metadata.resource_version.clone().unwrap().parse().unwrap();
+    let updated = leases
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(rv2 > rv1, "{rv2} > {rv1}");
     assert_eq!(updated.metadata.uid, created.metadata.uid);
 
     // The same write again carries the old resourceVersion: Conflict, with kube-apiserver's text.
-    let (code, reason, message) = api_code(leases.replace("a", &PostParams::default(), &changed).await);
+    let (code, reason, message) =
+        api_code(leases.replace("a", &PostParams::default(), &changed).await);
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
     assert_eq!(
         message,
@@ -67,19 +118,32 @@ async fn create_get_update_delete_with_resource_versions() {
     );
 
     // A write that changes nothing keeps the resourceVersion.
-    let same = leases.replace("a", &PostParams::default(), &updated).await.unwrap();
-    assert_eq!(same.metadata.resource_version, updated.metadata.resource_version);
+    let same = leases
+        .replace("a", &PostParams::default(), &updated)
+        .await
+        .unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        updated.metadata.resource_version
+    );
     assert_eq!(emulator.resource_version(), rv2);
 
     // Leases do not allow unconditional updates.
     let mut unconditional = updated.clone();
     unconditional.metadata.resource_version = None;
-    let (code, reason, message) = api_code(leases.replace("a", &PostParams::default(), &unconditional).await);
+    let (code, reason, message) = api_code(
+        leases
+            .replace("a", &PostParams::default(), &unconditional)
+            .await,
+    );
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     assert!(message.contains("metadata.resourceVersion"), "{message}");
 
     // PUT creates a missing lease (AllowCreateOnUpdate).
-    let put_created = leases.replace("b", &PostParams::default(), &lease("b", "z")).await.unwrap();
+    let put_created = leases
+        .replace("b", &PostParams::default(), &lease("b", "z"))
+        .await
+        .unwrap();
     assert!(put_created.metadata.uid.is_some());
 
     leases.delete("a", &DeleteParams::default()).await.unwrap();
@@ -94,22 +158,60 @@ async fn create_get_update_delete_with_resource_versions() {
 async fn missing_namespace_is_not_found_and_namespaces_can_be_created_and_deleted() {
     let (_emulator, client) = common::start().await;
     let nowhere: Api<Lease> = Api::namespaced(client.clone(), "nowhere");
-    let (code, reason, message) = api_code(nowhere.create(&PostParams::default(), &lease("a", "x")).await);
-    assert_eq!((code, reason.as_str(), message.as_str()), (404, "NotFound", r#"namespaces "nowhere" not found"#));
+    let (code, reason, message) = api_code(
+        nowhere
+            .create(&PostParams::default(), &lease("a", "x"))
+            .await,
+    );
+    assert_eq!(
+        (code, reason.as_str(), message.as_str()),
+        (404, "NotFound", r#"namespaces "nowhere" not found"#)
+    );
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let names: Vec<String> = namespaces.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
     for want in ["default", "kube-node-lease", "kube-public", "kube-system"] {
         assert!(names.contains(&want.to_string()), "{names:?}");
     }
-    let ns = Namespace { metadata: ObjectMeta { name: Some("nowhere".into()), ..Default::default() }, ..Default::default() };
-    let created = namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some("nowhere".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
-    nowhere.create(&PostParams::default(), &lease("a", "x")).await.unwrap();
-    let bad = Namespace { metadata: ObjectMeta { name: Some("Not_Valid".into()), ..Default::default() }, ..Default::default() };
-    assert_eq!(api_code(namespaces.create(&PostParams::default(), &bad).await).0, 422);
+    nowhere
+        .create(&PostParams::default(), &lease("a", "x"))
+        .await
+        .unwrap();
+    let bad = Namespace {
+        metadata: ObjectMeta {
+            name: Some("Not_Valid".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        api_code(namespaces.create(&PostParams::default(), &bad).await).0,
+        422
+    );
 
-    namespaces.delete("nowhere", &DeleteParams::default()).await.unwrap();
+    namespaces
+        .delete("nowhere", &DeleteParams::default())
+        .await
+        .unwrap();
     assert_eq!(api_code(nowhere.get("a").await).0, 404);
     assert_eq!(api_code(namespaces.get("nowhere").await).0, 404);
 }
@@ -121,28 +223,52 @@ async fn validation_rejects_like_kube_apiserver() {
     let mut bad = lease("bad", "x");
     bad.spec.as_mut().unwrap().lease_duration_seconds = Some(0);
     bad.spec.as_mut().unwrap().preferred_holder = Some("y".into());
-    let err = leases.create(&PostParams::default(), &bad).await.unwrap_err();
-    let kube::Error::Api(status) = err else { panic!("expected API error") };
+    let err = leases
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected API error")
+    };
     assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
     assert_eq!(
         status.message,
         "Lease.coordination.k8s.io \"bad\" is invalid: [spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0, spec.preferredHolder: Forbidden: may only be specified if `strategy` is defined]"
     );
     let causes = status.details.unwrap().causes;
-    let fields: Vec<_> = causes.iter().map(|c| (c.field.as_str(), c.reason.as_str())).collect();
-    assert_eq!(fields, vec![("spec.leaseDurationSeconds", "FieldValueInvalid"), ("spec.preferredHolder", "FieldValueForbidden")]);
+    let fields: Vec<_> = causes
+        .iter()
+        .map(|c| (c.field.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        fields,
+        vec![
+            ("spec.leaseDurationSeconds", "FieldValueInvalid"),
+            ("spec.preferredHolder", "FieldValueForbidden")
+        ]
+    );
 
     let mut bad_strategy = lease("s", "x");
     bad_strategy.spec.as_mut().unwrap().strategy = Some("foobar".into());
     let (code, _, message) = api_code(leases.create(&PostParams::default(), &bad_strategy).await);
     assert_eq!(code, 422);
-    assert!(message.contains("spec.strategy.strategy: Unsupported value: \"foobar\""), "{message}");
-    let (code, _, _) = api_code(leases.create(&PostParams::default(), &lease("Not_A_DNS_Name", "x")).await);
+    assert!(
+        message.contains("spec.strategy.strategy: Unsupported value: \"foobar\""),
+        "{message}"
+    );
+    let (code, _, _) = api_code(
+        leases
+            .create(&PostParams::default(), &lease("Not_A_DNS_Name", "x"))
+            .await,
+    );
     assert_eq!(code, 422);
 
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "default");
     // ConfigMap-key names: capitals and underscores are fine for LeaseCandidates.
-    let ok = candidates.create(&PostParams::default(), &candidate("Node_A.x", "l", &[])).await.unwrap();
+    let ok = candidates
+        .create(&PostParams::default(), &candidate("Node_A.x", "l", &[]))
+        .await
+        .unwrap();
     let mut newer = candidate("v", "l", &[]);
     newer.spec.as_mut().unwrap().emulation_version = Some("1.34.0".into());
     let (code, _, message) = api_code(candidates.create(&PostParams::default(), &newer).await);
@@ -153,43 +279,95 @@ async fn validation_rejects_like_kube_apiserver() {
     missing.spec.as_mut().unwrap().emulation_version = None;
     let (code, _, message) = api_code(candidates.create(&PostParams::default(), &missing).await);
     assert_eq!(code, 422);
-    assert!(message.contains("spec.binaryVersion: Required value"), "{message}");
+    assert!(
+        message.contains("spec.binaryVersion: Required value"),
+        "{message}"
+    );
     assert!(message.contains("spec.emulationVersion: Required value: must be specified when `strategy` is 'OldestEmulationVersion'"), "{message}");
 
     // leaseName is immutable.
     let mut moved = ok.clone();
     moved.spec.as_mut().unwrap().lease_name = "other".into();
-    let (code, _, message) = api_code(candidates.replace("Node_A.x", &PostParams::default(), &moved).await);
+    let (code, _, message) = api_code(
+        candidates
+            .replace("Node_A.x", &PostParams::default(), &moved)
+            .await,
+    );
     assert_eq!(code, 422);
-    assert!(message.contains("spec.leaseName: Invalid value: \"other\": field is immutable"), "{message}");
+    assert!(
+        message.contains("spec.leaseName: Invalid value: \"other\": field is immutable"),
+        "{message}"
+    );
 
     // Wrong types are rejected by decoding (400), unknown fields with fieldValidation=Strict too.
     let (code, reason, _) = api_code(
         leases.patch("s2", &PatchParams::apply("t"), &Patch::Apply(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"leaseDurationSeconds": "ten"}}))).await,
     );
     assert_eq!((code, reason.as_str()), (400, "BadRequest"));
-    let strict = PatchParams { field_validation: Some(kube::api::ValidationDirective::Strict), ..PatchParams::apply("t") };
+    let strict = PatchParams {
+        field_validation: Some(kube::api::ValidationDirective::Strict),
+        ..PatchParams::apply("t")
+    };
     let (code, _, message) = api_code(
         leases.patch("s3", &strict, &Patch::Apply(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "s3"}, "spec": {"bogus": 1}}))).await,
     );
     assert_eq!(code, 400);
-    assert!(message.contains("unknown field \"spec.bogus\""), "{message}");
+    assert!(
+        message.contains("unknown field \"spec.bogus\""),
+        "{message}"
+    );
 }
 
 #[tokio::test]
 async fn selectors_and_paging() {
     let (_emulator, client) = common::start().await;
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "kube-system");
-    for (i, (lease_name, tier)) in [("one", "a"), ("one", "b"), ("two", "a"), ("two", "c"), ("three", "")].iter().enumerate() {
-        let labels: Vec<(&str, &str)> = if tier.is_empty() { vec![("app", "x")] } else { vec![("app", "x"), ("tier", tier)] };
-        candidates.create(&PostParams::default(), &candidate(&format!("c{i}"), lease_name, &labels)).await.unwrap();
+    for (i, (lease_name, tier)) in [
+        ("one", "a"),
+        ("one", "b"),
+        ("two", "a"),
+        ("two", "c"),
+        ("three", ""),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let labels: Vec<(&str, &str)> = if tier.is_empty() {
+            vec![("app", "x")]
+        } else {
+            vec![("app", "x"), ("tier", tier)]
+        };
+        candidates
+            .create(
+                &PostParams::default(),
+                &candidate(&format!("c{i}"), lease_name, &labels),
+            )
+            .await
+            .unwrap();
     }
-    Api::<LeaseCandidate>::namespaced(client.clone(), "default").create(&PostParams::default(), &candidate("elsewhere", "one", &[("app", "x")])).await.unwrap();
+    Api::<LeaseCandidate>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &candidate("elsewhere", "one", &[("app", "x")]),
+        )
+        .await
+        .unwrap();
 
-    let names = |list: kube::api::ObjectList<LeaseCandidate>| -> Vec<String> { list.items.into_iter().filter_map(|c| c.metadata.name).collect() };
+    let names = |list: kube::api::ObjectList<LeaseCandidate>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    };
     let select = |labels: &'static str, fields: &'static str| {
         let api = candidates.clone();
-        async move { names(api.list(&ListParams::default().labels(labels).fields(fields)).await.unwrap()) }
+        async move {
+            names(
+                api.list(&ListParams::default().labels(labels).fields(fields))
+                    .await
+                    .unwrap(),
+            )
+        }
     };
     assert_eq!(select("tier=a", "").await, vec!["c0", "c2"]);
     assert_eq!(select("tier==a", "").await, vec!["c0", "c2"]);
@@ -201,14 +379,29 @@ async fn selectors_and_paging() {
     assert_eq!(select("", "spec.leaseName=two").await, vec!["c2", "c3"]);
     assert_eq!(select("tier=a", "spec.leaseName=two").await, vec!["c2"]);
     assert_eq!(select("", "metadata.name=c4").await, vec!["c4"]);
-    assert_eq!(select("", "spec.leaseName!=one").await, vec!["c2", "c3", "c4"]);
-    let (code, reason, _) = api_code(candidates.list(&ListParams::default().fields("spec.strategy=x")).await);
+    assert_eq!(
+        select("", "spec.leaseName!=one").await,
+        vec!["c2", "c3", "c4"]
+    );
+    let (code, reason, _) = api_code(
+        candidates
+            .list(&ListParams::default().fields("spec.strategy=x"))
+            .await,
+    );
     assert_eq!((code, reason.as_str()), (400, "BadRequest"));
-    let (code, _, _) = api_code(candidates.list(&ListParams::default().labels("tier in a")).await);
+    let (code, _, _) = api_code(
+        candidates
+            .list(&ListParams::default().labels("tier in a"))
+            .await,
+    );
     assert_eq!(code, 400);
 
     let all: Api<LeaseCandidate> = Api::all(client.clone());
-    let everywhere = names(all.list(&ListParams::default().fields("spec.leaseName=one")).await.unwrap());
+    let everywhere = names(
+        all.list(&ListParams::default().fields("spec.leaseName=one"))
+            .await
+            .unwrap(),
+    );
     assert_eq!(everywhere, vec!["elsewhere", "c0", "c1"]);
 
     // Paging: limit 2 gives three pages with continue tokens, no duplicates, nothing missed.
@@ -239,102 +432,283 @@ async fn selectors_and_paging() {
 async fn patch_types_and_server_side_apply() {
     let (_emulator, client) = common::start().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let created = leases.create(&PostParams { field_manager: Some("creator".into()), ..Default::default() }, &lease("p", "x")).await.unwrap();
+    let created = leases
+        .create(
+            &PostParams {
+                field_manager: Some("creator".into()),
+                ..Default::default()
+            },
+            &lease("p", "x"),
+        )
+        .await
+        .unwrap();
 
-    let merged = leases.patch("p", &PatchParams::default(), &Patch::Merge(json!({"spec": {"holderIdentity": "m"}, "metadata": {"labels": {"k": "v"}}}))).await.unwrap();
-    assert_eq!(merged.spec.as_ref().unwrap().holder_identity.as_deref(), Some("m"));
-    assert_eq!(merged.spec.as_ref().unwrap().lease_duration_seconds, Some(15));
+    let merged = leases
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"holderIdentity": "m"}, "metadata": {"labels": {"k": "v"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        merged.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        merged.spec.as_ref().unwrap().lease_duration_seconds,
+        Some(15)
+    );
 
     let json_patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": "/spec/holderIdentity", "value": "m"},
         {"op": "replace", "path": "/spec/holderIdentity", "value": "j"}
     ]))
     .unwrap();
-    let patched = leases.patch("p", &PatchParams::default(), &Patch::<()>::Json(json_patch.clone())).await.unwrap();
-    assert_eq!(patched.spec.as_ref().unwrap().holder_identity.as_deref(), Some("j"));
+    let patched = leases
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("j")
+    );
     // The test operation now fails: 422.
-    assert_eq!(api_code(leases.patch("p", &PatchParams::default(), &Patch::<()>::Json(json_patch)).await).0, 422);
+    assert_eq!(
+        api_code(
+            leases
+                .patch("p", &PatchParams::default(), &Patch::<()>::Json(json_patch))
+                .await
+        )
+        .0,
+        422
+    );
 
-    let strategic = leases.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["a/b"]}, "spec": {"leaseTransitions": 2}}))).await.unwrap();
+    let strategic = leases
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"metadata": {"finalizers": ["a/b"]}, "spec": {"leaseTransitions": 2}}),
+            ),
+        )
+        .await
+        .unwrap();
     assert_eq!(strategic.metadata.finalizers, Some(vec!["a/b".to_string()]));
     assert_eq!(strategic.spec.as_ref().unwrap().lease_transitions, Some(2));
 
     // A resourceVersion in a patch is a precondition.
     let stale = json!({"metadata": {"resourceVersion": created.metadata.resource_version}, "spec": {"holderIdentity": "late"}});
-    let (code, reason, _) = api_code(leases.patch("p", &PatchParams::default(), &Patch::Merge(stale)).await);
+    let (code, reason, _) = api_code(
+        leases
+            .patch("p", &PatchParams::default(), &Patch::Merge(stale))
+            .await,
+    );
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
 
     // Patching a missing object is NotFound; apply creates it.
-    assert_eq!(api_code(leases.patch("nope", &PatchParams::default(), &Patch::Merge(json!({}))).await).0, 404);
+    assert_eq!(
+        api_code(
+            leases
+                .patch("nope", &PatchParams::default(), &Patch::Merge(json!({})))
+                .await
+        )
+        .0,
+        404
+    );
     let config = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ssa"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 10}});
-    let applied = leases.patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&config)).await.unwrap();
+    let applied = leases
+        .patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&config))
+        .await
+        .unwrap();
     let mf = applied.metadata.managed_fields.clone().unwrap();
     assert_eq!(mf.len(), 1);
-    assert_eq!((mf[0].manager.as_deref(), mf[0].operation.as_deref()), (Some("alice"), Some("Apply")));
+    assert_eq!(
+        (mf[0].manager.as_deref(), mf[0].operation.as_deref()),
+        (Some("alice"), Some("Apply"))
+    );
 
     // Re-applying the same config is a no-op.
-    let again = leases.patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&config)).await.unwrap();
-    assert_eq!(again.metadata.resource_version, applied.metadata.resource_version);
+    let again = leases
+        .patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&config))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        applied.metadata.resource_version
+    );
 
     // Another manager changing alice's field conflicts, unless forced.
     let bob = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ssa"}, "spec": {"holderIdentity": "bob"}});
-    let err = leases.patch("ssa", &PatchParams::apply("bob"), &Patch::Apply(&bob)).await.unwrap_err();
-    let kube::Error::Api(status) = err else { panic!("expected conflict") };
+    let err = leases
+        .patch("ssa", &PatchParams::apply("bob"), &Patch::Apply(&bob))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected conflict")
+    };
     assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
-    assert_eq!(status.message, r#"Apply failed with 1 conflict: conflict with "alice" using coordination.k8s.io/v1: .spec.holderIdentity"#);
-    let forced = leases.patch("ssa", &PatchParams::apply("bob").force(), &Patch::Apply(&bob)).await.unwrap();
-    assert_eq!(forced.spec.as_ref().unwrap().holder_identity.as_deref(), Some("bob"));
-    assert_eq!(forced.spec.as_ref().unwrap().lease_duration_seconds, Some(10));
+    assert_eq!(
+        status.message,
+        r#"Apply failed with 1 conflict: conflict with "alice": .spec.holderIdentity"#
+    );
+    let forced = leases
+        .patch(
+            "ssa",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(&bob),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        forced.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        forced.spec.as_ref().unwrap().lease_duration_seconds,
+        Some(10)
+    );
 
     // alice drops leaseDurationSeconds from her config: the field is removed (nobody else owns it).
     let slim = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ssa", "labels": {"a": "1"}}});
-    let slimmed = leases.patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&slim)).await.unwrap();
+    let slimmed = leases
+        .patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&slim))
+        .await
+        .unwrap();
     assert_eq!(slimmed.spec.as_ref().unwrap().lease_duration_seconds, None);
-    assert_eq!(slimmed.spec.as_ref().unwrap().holder_identity.as_deref(), Some("bob"));
+    assert_eq!(
+        slimmed.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("bob")
+    );
 
     // An update by a third writer takes the field; alice re-applying a different value conflicts with it.
-    leases.patch("ssa", &PatchParams { field_manager: Some("carol".into()), ..Default::default() }, &Patch::Merge(json!({"metadata": {"labels": {"a": "2"}}}))).await.unwrap();
-    let err = leases.patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&slim)).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("\"carol\"") && s.message.contains(".metadata.labels.a")), "{err:?}");
+    leases
+        .patch(
+            "ssa",
+            &PatchParams {
+                field_manager: Some("carol".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "2"}}})),
+        )
+        .await
+        .unwrap();
+    let err = leases
+        .patch("ssa", &PatchParams::apply("alice"), &Patch::Apply(&slim))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("\"carol\"") && s.message.contains(".metadata.labels.a")),
+        "{err:?}"
+    );
 
     // Apply needs a field manager.
-    let no_manager = PatchParams { field_manager: None, ..PatchParams::apply("x") };
-    assert_eq!(api_code(leases.patch("ssa", &no_manager, &Patch::Apply(&slim)).await).0, 422);
+    let no_manager = PatchParams {
+        field_manager: None,
+        ..PatchParams::apply("x")
+    };
+    assert_eq!(
+        api_code(leases.patch("ssa", &no_manager, &Patch::Apply(&slim)).await).0,
+        422
+    );
 }
 
 #[tokio::test]
 async fn delete_preconditions_finalizers_and_collections() {
     let (_emulator, client) = common::start().await;
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "default");
-    let created = candidates.create(&PostParams::default(), &candidate("d", "l", &[("group", "g")])).await.unwrap();
-    let wrong_uid = DeleteParams::default().preconditions(Preconditions { uid: Some("not-the-uid".into()), resource_version: None });
+    let created = candidates
+        .create(
+            &PostParams::default(),
+            &candidate("d", "l", &[("group", "g")]),
+        )
+        .await
+        .unwrap();
+    let wrong_uid = DeleteParams::default().preconditions(Preconditions {
+        uid: Some("not-the-uid".into()),
+        resource_version: None,
+    });
     let (code, reason, message) = api_code(candidates.delete("d", &wrong_uid).await);
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
-    assert!(message.contains("Precondition failed: UID in precondition: not-the-uid"), "{message}");
-    let wrong_rv = DeleteParams::default().preconditions(Preconditions { uid: None, resource_version: Some("1".into()) });
+    assert!(
+        message
+            .contains("the UID in the precondition (not-the-uid) does not match the UID in record"),
+        "{message}"
+    );
+    let wrong_rv = DeleteParams::default().preconditions(Preconditions {
+        uid: None,
+        resource_version: Some("1".into()),
+    });
     assert_eq!(api_code(candidates.delete("d", &wrong_rv).await).0, 409);
-    let right = DeleteParams::default().preconditions(Preconditions { uid: created.metadata.uid.clone(), resource_version: created.metadata.resource_version.clone() });
+    let right = DeleteParams::default().preconditions(Preconditions {
+        uid: created.metadata.uid.clone(),
+        resource_version: created.metadata.resource_version.clone(),
+    });
     candidates.delete("d", &right).await.unwrap();
     assert_eq!(api_code(candidates.get("d").await).0, 404);
 
     // Finalizers hold the object until they are removed.
     let mut held = candidate("held", "l", &[]);
     held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
-    candidates.create(&PostParams::default(), &held).await.unwrap();
-    candidates.delete("held", &DeleteParams::default()).await.unwrap();
+    candidates
+        .create(&PostParams::default(), &held)
+        .await
+        .unwrap();
+    candidates
+        .delete("held", &DeleteParams::default())
+        .await
+        .unwrap();
     let marked = candidates.get("held").await.unwrap();
     assert!(marked.metadata.deletion_timestamp.is_some());
-    candidates.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    candidates
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
     assert_eq!(api_code(candidates.get("held").await).0, 404);
 
     for i in 0..4 {
         let group = if i % 2 == 0 { "even" } else { "odd" };
-        candidates.create(&PostParams::default(), &candidate(&format!("n{i}"), "l", &[("group", group)])).await.unwrap();
+        candidates
+            .create(
+                &PostParams::default(),
+                &candidate(&format!("n{i}"), "l", &[("group", group)]),
+            )
+            .await
+            .unwrap();
     }
-    let deleted = candidates.delete_collection(&DeleteParams::default(), &ListParams::default().labels("group=even")).await.unwrap();
-    let names: Vec<String> = deleted.left().expect("a list of deleted objects").items.into_iter().filter_map(|c| c.metadata.name).collect();
+    let deleted = candidates
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("group=even"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = deleted
+        .left()
+        .expect("a list of deleted objects")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
     assert_eq!(names, vec!["n0", "n2"]);
-    let left: Vec<String> = candidates.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.name).collect();
+    let left: Vec<String> = candidates
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
     assert_eq!(left, vec!["n1", "n3"]);
 }
 
@@ -343,26 +717,58 @@ async fn events_from_the_kube_recorder_are_stored() {
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
     let (_emulator, client) = common::start().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let l = leases.create(&PostParams::default(), &lease("ev", "x")).await.unwrap();
-    let recorder = Recorder::new(client.clone(), Reporter { controller: "conclave".into(), instance: None });
-    let reference = kube::Resource::object_ref(&l, &());
-    recorder
-        .publish(&Event { type_: EventType::Normal, reason: "Elected".into(), note: Some("x won".into()), action: "Elect".into(), secondary: None }, &reference)
+    let l = leases
+        .create(&PostParams::default(), &lease("ev", "x"))
         .await
         .unwrap();
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "conclave".into(),
+            instance: None,
+        },
+    );
+    let reference = kube::Resource::object_ref(&l, &());
+    recorder
+        .publish(
+            &Event {
+                type_: EventType::Normal,
+                reason: "Elected".into(),
+                note: Some("x won".into()),
+                action: "Elect".into(),
+                secondary: None,
+            },
+            &reference,
+        )
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
     let list = events.list(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
     let e = &list.items[0];
     assert_eq!(e.reason.as_deref(), Some("Elected"));
-    assert_eq!(e.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("ev"));
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("ev")
+    );
     let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     let ev = k8s_openapi::api::core::v1::Event {
-        metadata: ObjectMeta { name: Some("core-ev".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("core-ev".into()),
+            ..Default::default()
+        },
         involved_object: reference,
         reason: Some("Seen".into()),
         ..Default::default()
     };
     core.create(&PostParams::default(), &ev).await.unwrap();
-    assert_eq!(core.list(&ListParams::default().fields("reason=Seen")).await.unwrap().items.len(), 1);
+    assert_eq!(
+        core.list(&ListParams::default().fields("reason=Seen"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
 }

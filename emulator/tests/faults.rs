@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn lease(name: &str) -> Lease {
-    serde_json::from_value(serde_json::json!({ "metadata": { "name": name }, "spec": { "holderIdentity": "h" } })).unwrap()
+    serde_json::from_value(
+        serde_json::json!({ "metadata": { "name": name }, "spec": { "holderIdentity": "h" } }),
+    )
+    .unwrap()
 }
 
 /// A raw HTTP/1.1 GET, to see status line and headers exactly.
@@ -27,8 +30,12 @@ async fn raw_get(addr: std::net::SocketAddr, path: &str) -> String {
 async fn fail_next_n_requests_of_one_verb_and_resource() {
     let (emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    api.create(&PostParams::default(), &lease("f")).await.unwrap();
-    emulator.faults().fail_next(Verb::Get, "leases", 2, Failure::InternalError);
+    api.create(&PostParams::default(), &lease("f"))
+        .await
+        .unwrap();
+    emulator
+        .faults()
+        .fail_next(Verb::Get, "leases", 2, Failure::InternalError);
     // Other verbs and resources are untouched.
     api.list(&Default::default()).await.unwrap();
     for _ in 0..2 {
@@ -39,9 +46,18 @@ async fn fail_next_n_requests_of_one_verb_and_resource() {
 
     // kube-rs retries a 429 after its Retry-After: the create succeeds on the second attempt,
     // which cannot happen before the advertised second has passed.
-    emulator.faults().fail_next(Verb::Create, "leases", 1, Failure::TooManyRequests { retry_after_seconds: 1 });
+    emulator.faults().fail_next(
+        Verb::Create,
+        "leases",
+        1,
+        Failure::TooManyRequests {
+            retry_after_seconds: 1,
+        },
+    );
     let started = Instant::now();
-    api.create(&PostParams::default(), &lease("g")).await.unwrap();
+    api.create(&PostParams::default(), &lease("g"))
+        .await
+        .unwrap();
     assert!(started.elapsed() >= Duration::from_secs(1));
     api.get("g").await.unwrap();
 }
@@ -49,12 +65,30 @@ async fn fail_next_n_requests_of_one_verb_and_resource() {
 #[tokio::test]
 async fn too_many_requests_carries_retry_after() {
     let (emulator, _client) = common::start().await;
-    emulator.faults().fail_next(Verb::List, "leases", 1, Failure::TooManyRequests { retry_after_seconds: 7 });
-    let response = raw_get(emulator.addr(), "/apis/coordination.k8s.io/v1/namespaces/default/leases").await;
+    emulator.faults().fail_next(
+        Verb::List,
+        "leases",
+        1,
+        Failure::TooManyRequests {
+            retry_after_seconds: 7,
+        },
+    );
+    let response = raw_get(
+        emulator.addr(),
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+    )
+    .await;
     assert!(response.starts_with("HTTP/1.1 429"), "{response}");
-    assert!(response.to_ascii_lowercase().contains("retry-after: 7"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("retry-after: 7"),
+        "{response}"
+    );
     assert!(response.contains("\"retryAfterSeconds\":7"), "{response}");
-    let response = raw_get(emulator.addr(), "/apis/coordination.k8s.io/v1/namespaces/default/leases").await;
+    let response = raw_get(
+        emulator.addr(),
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+    )
+    .await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
@@ -77,13 +111,23 @@ async fn discovery_and_unknown_paths() {
     let (emulator, _client) = common::start().await;
     let addr = emulator.addr();
     let apis = raw_get(addr, "/apis").await;
-    assert!(apis.contains("\"coordination.k8s.io\"") && apis.contains("\"events.k8s.io\""), "{apis}");
+    assert!(
+        apis.contains("\"coordination.k8s.io\"") && apis.contains("\"events.k8s.io\""),
+        "{apis}"
+    );
     let v1beta1 = raw_get(addr, "/apis/coordination.k8s.io/v1beta1").await;
     assert!(v1beta1.contains("\"leasecandidates\""), "{v1beta1}");
     let openapi = raw_get(addr, "/openapi/v3").await;
     assert!(openapi.contains("apis/coordination.k8s.io/v1"), "{openapi}");
-    let missing = raw_get(addr, "/apis/coordination.k8s.io/v1/namespaces/default/widgets").await;
-    assert!(missing.starts_with("HTTP/1.1 404") && missing.contains("\"reason\":\"NotFound\""), "{missing}");
+    let missing = raw_get(
+        addr,
+        "/apis/coordination.k8s.io/v1/namespaces/default/widgets",
+    )
+    .await;
+    assert!(
+        missing.starts_with("HTTP/1.1 404") && missing.contains("\"reason\":\"NotFound\""),
+        "{missing}"
+    );
     let version = raw_get(addr, "/version").await;
     assert!(version.contains("\"gitVersion\":\"v1.33.0\""), "{version}");
 }

@@ -16,7 +16,9 @@ fn find_kubectl() -> Option<PathBuf> {
         return Some(PathBuf::from(p));
     }
     let candidates = ["kubectl.1.33", "kubectl"];
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     dirs.push(PathBuf::from("/usr/lib/google-cloud-sdk/bin"));
     for name in candidates {
         for dir in &dirs {
@@ -38,7 +40,11 @@ struct Kubectl {
 impl Kubectl {
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
-        c.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).args(args);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args);
         c
     }
 
@@ -54,7 +60,10 @@ impl Kubectl {
 
     fn ok(&self, args: &[&str]) -> String {
         let (ok, stdout, stderr) = self.run(args);
-        assert!(ok, "kubectl {args:?} failed:\nstdout: {stdout}\nstderr: {stderr}");
+        assert!(
+            ok,
+            "kubectl {args:?} failed:\nstdout: {stdout}\nstderr: {stderr}"
+        );
         stdout
     }
 }
@@ -105,8 +114,13 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_get_watch_delete() {
     let Some(bin) = find_kubectl() else {
-        assert!(std::env::var("CONCLAVE_REQUIRE_KUBECTL").as_deref() != Ok("1"), "no kubectl found and CONCLAVE_REQUIRE_KUBECTL=1");
-        eprintln!("SKIP kubectl_apply_get_watch_delete: no kubectl binary found (set CONCLAVE_KUBECTL)");
+        assert!(
+            std::env::var("CONCLAVE_REQUIRE_KUBECTL").as_deref() != Ok("1"),
+            "no kubectl found and CONCLAVE_REQUIRE_KUBECTL=1"
+        );
+        eprintln!(
+            "SKIP kubectl_apply_get_watch_delete: no kubectl binary found (set CONCLAVE_KUBECTL)"
+        );
         return;
     };
     eprintln!("using {}", bin.display());
@@ -114,10 +128,16 @@ async fn kubectl_apply_get_watch_delete() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
     emulator.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let k = Kubectl { bin, kubeconfig, cache: dir.path().join("cache") };
+    let k = Kubectl {
+        bin,
+        kubeconfig,
+        cache: dir.path().join("cache"),
+    };
     let dir_path = dir.path().to_path_buf();
     // kubectl is blocking; run it off the runtime's worker threads.
-    tokio::task::spawn_blocking(move || scenario(&k, &dir_path)).await.expect("scenario completes");
+    tokio::task::spawn_blocking(move || scenario(&k, &dir_path))
+        .await
+        .expect("scenario completes");
     emulator.shutdown().await.expect("clean shutdown");
 }
 
@@ -127,27 +147,65 @@ fn scenario(k: &Kubectl, dir: &Path) {
 
     let candidate = write(dir, "candidate.yaml", CANDIDATE);
     let out = k.ok(&["apply", "-f", &candidate]);
-    assert!(out.contains("leasecandidate.coordination.k8s.io/scheduler-node_A created"), "{out}");
-    let changed = write(dir, "candidate2.yaml", &CANDIDATE.replace("binaryVersion: 1.33.0", "binaryVersion: 1.33.1"));
+    assert!(
+        out.contains("leasecandidate.coordination.k8s.io/scheduler-node_A created"),
+        "{out}"
+    );
+    let changed = write(
+        dir,
+        "candidate2.yaml",
+        &CANDIDATE.replace("binaryVersion: 1.33.0", "binaryVersion: 1.33.1"),
+    );
     let out = k.ok(&["apply", "-f", &changed]);
     assert!(out.contains("configured"), "{out}");
     let out = k.ok(&["apply", "-f", &changed]);
     assert!(out.contains("unchanged"), "{out}");
     let lease = write(dir, "lease.yaml", LEASE);
     let out = k.ok(&["apply", "-f", &lease]);
-    assert!(out.contains("lease.coordination.k8s.io/demo-lease created"), "{out}");
+    assert!(
+        out.contains("lease.coordination.k8s.io/demo-lease created"),
+        "{out}"
+    );
 
     let out = k.ok(&["get", "leases", "-A"]);
     let header = out.lines().next().unwrap_or("");
-    assert!(header.contains("NAMESPACE") && header.contains("NAME") && header.contains("HOLDER") && header.contains("AGE"), "{out}");
-    assert!(out.lines().any(|l| l.contains("kube-system") && l.contains("demo-lease") && l.contains("scheduler-node_A")), "{out}");
+    assert!(
+        header.contains("NAMESPACE")
+            && header.contains("NAME")
+            && header.contains("HOLDER")
+            && header.contains("AGE"),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("kube-system")
+            && l.contains("demo-lease")
+            && l.contains("scheduler-node_A")),
+        "{out}"
+    );
 
     let yaml = k.ok(&["get", "leasecandidates", "-n", "kube-system", "-o", "yaml"]);
-    for want in ["kind: LeaseCandidate", "name: scheduler-node_A", "leaseName: demo-lease", "binaryVersion: 1.33.1", "resourceVersion:", "uid:"] {
+    for want in [
+        "kind: LeaseCandidate",
+        "name: scheduler-node_A",
+        "leaseName: demo-lease",
+        "binaryVersion: 1.33.1",
+        "resourceVersion:",
+        "uid:",
+    ] {
         assert!(yaml.contains(want), "missing {want:?} in:\n{yaml}");
     }
-    let out = k.ok(&["get", "leasecandidates", "-n", "kube-system", "-l", "app=demo"]);
-    assert!(out.contains("scheduler-node_A") && out.contains("demo-lease") && out.contains("1.33.1"), "{out}");
+    let out = k.ok(&[
+        "get",
+        "leasecandidates",
+        "-n",
+        "kube-system",
+        "-l",
+        "app=demo",
+    ]);
+    assert!(
+        out.contains("scheduler-node_A") && out.contains("demo-lease") && out.contains("1.33.1"),
+        "{out}"
+    );
 
     // get -w prints the current row, then a row for every change.
     let mut child = k
@@ -181,9 +239,25 @@ fn scenario(k: &Kubectl, dir: &Path) {
             }
         }
     };
-    wait_for(&|l| l.contains("demo-lease") && l.contains("scheduler-node_A"), "the current lease");
-    k.ok(&["patch", "lease", "demo-lease", "-n", "kube-system", "--type", "merge", "-p", r#"{"spec":{"holderIdentity":"scheduler-node_B"}}"#]);
-    wait_for(&|l| l.contains("demo-lease") && l.contains("scheduler-node_B"), "the update");
+    wait_for(
+        &|l| l.contains("demo-lease") && l.contains("scheduler-node_A"),
+        "the current lease",
+    );
+    k.ok(&[
+        "patch",
+        "lease",
+        "demo-lease",
+        "-n",
+        "kube-system",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"holderIdentity":"scheduler-node_B"}}"#,
+    ]);
+    wait_for(
+        &|l| l.contains("demo-lease") && l.contains("scheduler-node_B"),
+        "the update",
+    );
     // The watch child is ours: stop it by its own handle.
     child.kill().expect("stop kubectl get -w");
     child.wait().expect("reap kubectl get -w");
@@ -191,12 +265,30 @@ fn scenario(k: &Kubectl, dir: &Path) {
     let bad = write(dir, "bad.yaml", BAD_CANDIDATE);
     let (ok, _, stderr) = k.run(&["apply", "-f", &bad]);
     assert!(!ok, "an invalid LeaseCandidate must be rejected");
-    assert!(stderr.contains("is invalid") && stderr.contains("spec.binaryVersion"), "{stderr}");
+    assert!(
+        stderr.contains("is invalid") && stderr.contains("spec.binaryVersion"),
+        "{stderr}"
+    );
 
-    let out = k.ok(&["delete", "leasecandidate", "scheduler-node_A", "-n", "kube-system"]);
+    let out = k.ok(&[
+        "delete",
+        "leasecandidate",
+        "scheduler-node_A",
+        "-n",
+        "kube-system",
+    ]);
     assert!(out.contains("deleted"), "{out}");
     let (_, out, err) = k.run(&["get", "leasecandidates", "-n", "kube-system"]);
-    assert!(err.contains("No resources found") || out.contains("No resources found"), "{out}{err}");
-    let (ok, _, err) = k.run(&["get", "leasecandidate", "scheduler-node_A", "-n", "kube-system"]);
+    assert!(
+        err.contains("No resources found") || out.contains("No resources found"),
+        "{out}{err}"
+    );
+    let (ok, _, err) = k.run(&[
+        "get",
+        "leasecandidate",
+        "scheduler-node_A",
+        "-n",
+        "kube-system",
+    ]);
     assert!(!ok && err.contains("NotFound"), "{err}");
 }

@@ -13,20 +13,30 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, W
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-
 fn lease(name: &str, holder: &str) -> Lease {
     Lease {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: Some(LeaseSpec { holder_identity: Some(holder.into()), ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            ..Default::default()
+        }),
     }
 }
 
 async fn next<S: Stream + Unpin>(s: &mut S) -> S::Item {
-    tokio::time::timeout(WAIT, s.next()).await.expect("event within the wait bound").expect("stream still open")
+    tokio::time::timeout(WAIT, s.next())
+        .await
+        .expect("event within the wait bound")
+        .expect("stream still open")
 }
 
 /// The next event that is not a bookmark.
-async fn next_change<S: Stream<Item = kube::Result<WatchEvent<Lease>>> + Unpin>(s: &mut S) -> WatchEvent<Lease> {
+async fn next_change<S: Stream<Item = kube::Result<WatchEvent<Lease>>> + Unpin>(
+    s: &mut S,
+) -> WatchEvent<Lease> {
     loop {
         match next(s).await.expect("watch event decodes") {
             WatchEvent::Bookmark(_) => {}
@@ -36,22 +46,38 @@ async fn next_change<S: Stream<Item = kube::Result<WatchEvent<Lease>>> + Unpin>(
 }
 
 fn holder(l: &Lease) -> &str {
-    l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+    l.spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or("")
 }
 
 async fn set_holder(api: &Api<Lease>, name: &str, h: &str) -> Lease {
-    api.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"holderIdentity": h}}))).await.expect("patch")
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"holderIdentity": h}})),
+    )
+    .await
+    .expect("patch")
 }
 
 #[tokio::test]
 async fn watch_from_resource_version_replays_then_follows() {
     let (_emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    let created = api.create(&PostParams::default(), &lease("w", "a")).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &lease("w", "a"))
+        .await
+        .unwrap();
     let rv = created.metadata.resource_version.clone().unwrap();
     // Changes made before the watch starts are replayed from history.
     set_holder(&api, "w", "b").await;
-    let mut stream = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
     match next_change(&mut stream).await {
         WatchEvent::Modified(l) => assert_eq!(holder(&l), "b"),
         other => panic!("expected MODIFIED, got {other:?}"),
@@ -74,23 +100,55 @@ async fn watch_from_resource_version_replays_then_follows() {
 async fn label_selector_watch_sees_objects_enter_and_leave() {
     let (_emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    api.create(&PostParams::default(), &lease("s", "a")).await.unwrap();
-    let mut stream = api.watch(&WatchParams::default().labels("app=x"), "0").await.unwrap().boxed();
-    api.patch("s", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "x"}}}))).await.unwrap();
-    assert!(matches!(next_change(&mut stream).await, WatchEvent::Added(ref l) if l.metadata.name.as_deref() == Some("s")));
+    api.create(&PostParams::default(), &lease("s", "a"))
+        .await
+        .unwrap();
+    let mut stream = api
+        .watch(&WatchParams::default().labels("app=x"), "0")
+        .await
+        .unwrap()
+        .boxed();
+    api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "x"}}})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(next_change(&mut stream).await, WatchEvent::Added(ref l) if l.metadata.name.as_deref() == Some("s"))
+    );
     set_holder(&api, "s", "b").await;
-    assert!(matches!(next_change(&mut stream).await, WatchEvent::Modified(ref l) if holder(l) == "b"));
-    api.patch("s", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}}))).await.unwrap();
-    assert!(matches!(next_change(&mut stream).await, WatchEvent::Deleted(ref l) if l.metadata.name.as_deref() == Some("s")));
+    assert!(
+        matches!(next_change(&mut stream).await, WatchEvent::Modified(ref l) if holder(l) == "b")
+    );
+    api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(next_change(&mut stream).await, WatchEvent::Deleted(ref l) if l.metadata.name.as_deref() == Some("s"))
+    );
 }
 
 #[tokio::test]
 async fn initial_events_end_with_the_bookmark_then_periodic_bookmarks() {
     let (emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    api.create(&PostParams::default(), &lease("i1", "a")).await.unwrap();
-    api.create(&PostParams::default(), &lease("i2", "a")).await.unwrap();
-    let mut stream = api.watch(&WatchParams::streaming_lists(), "0").await.unwrap().boxed();
+    api.create(&PostParams::default(), &lease("i1", "a"))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &lease("i2", "a"))
+        .await
+        .unwrap();
+    let mut stream = api
+        .watch(&WatchParams::streaming_lists(), "0")
+        .await
+        .unwrap()
+        .boxed();
     let mut initial = Vec::new();
     let end = loop {
         match next(&mut stream).await.unwrap() {
@@ -100,13 +158,25 @@ async fn initial_events_end_with_the_bookmark_then_periodic_bookmarks() {
         }
     };
     assert_eq!(initial, vec!["i1", "i2"]);
-    assert_eq!(end.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str), Some("true"));
-    assert_eq!(end.metadata.resource_version, emulator.resource_version().to_string());
+    assert_eq!(
+        end.metadata
+            .annotations
+            .get("k8s.io/initial-events-end")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        end.metadata.resource_version,
+        emulator.resource_version().to_string()
+    );
     // With nothing happening, periodic bookmarks keep arriving (every 300ms in tests).
     match next(&mut stream).await.unwrap() {
         WatchEvent::Bookmark(b) => {
             assert!(b.metadata.annotations.is_empty());
-            assert_eq!(b.metadata.resource_version, emulator.resource_version().to_string());
+            assert_eq!(
+                b.metadata.resource_version,
+                emulator.resource_version().to_string()
+            );
         }
         other => panic!("expected a periodic bookmark, got {other:?}"),
     }
@@ -116,35 +186,66 @@ async fn initial_events_end_with_the_bookmark_then_periodic_bookmarks() {
 async fn timeout_seconds_ends_the_stream() {
     let (_emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    let mut stream = api.watch(&WatchParams::default().timeout(1).disable_bookmarks(), "0").await.unwrap().boxed();
-    let ended = tokio::time::timeout(WAIT, stream.next()).await.expect("the server ends the watch");
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(1).disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let ended = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the server ends the watch");
     assert!(ended.is_none(), "no events expected, got {ended:?}");
 }
 
 #[tokio::test]
 async fn watching_from_expired_history_gets_410_in_the_stream() {
-    let (emulator, client) = common::start_with(EmulatorConfig { history_capacity: 3, ..EmulatorConfig::default() }).await;
+    let (emulator, client) = common::start_with(EmulatorConfig {
+        history_capacity: 3,
+        ..EmulatorConfig::default()
+    })
+    .await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    let created = api.create(&PostParams::default(), &lease("e", "a")).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &lease("e", "a"))
+        .await
+        .unwrap();
     let first = created.metadata.resource_version.unwrap();
     for h in ["b", "c", "d", "e", "f"] {
         set_holder(&api, "e", h).await;
     }
-    let mut stream = api.watch(&WatchParams::default(), &first).await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default(), &first)
+        .await
+        .unwrap()
+        .boxed();
     match next(&mut stream).await.unwrap() {
         WatchEvent::Error(status) => {
             assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
-            assert!(status.message.starts_with(&format!("too old resource version: {first} (")), "{}", status.message);
+            assert!(
+                status
+                    .message
+                    .starts_with(&format!("too old resource version: {first} (")),
+                "{}",
+                status.message
+            );
         }
         other => panic!("expected 410, got {other:?}"),
     }
     // A recent version is still in the kept history...
     let recent = (emulator.resource_version() - 1).to_string();
-    let mut ok = api.watch(&WatchParams::default(), &recent).await.unwrap().boxed();
+    let mut ok = api
+        .watch(&WatchParams::default(), &recent)
+        .await
+        .unwrap()
+        .boxed();
     assert!(matches!(next_change(&mut ok).await, WatchEvent::Modified(ref l) if holder(l) == "f"));
     // ...until the history is expired on purpose.
     emulator.faults().expire_history();
-    let mut gone = api.watch(&WatchParams::default(), &recent).await.unwrap().boxed();
+    let mut gone = api
+        .watch(&WatchParams::default(), &recent)
+        .await
+        .unwrap()
+        .boxed();
     assert!(matches!(next(&mut gone).await.unwrap(), WatchEvent::Error(ref s) if s.code == 410));
 }
 
@@ -158,7 +259,11 @@ where
     tokio::time::timeout(WAIT, async move {
         loop {
             match stream.next().await {
-                Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) if holder(&l) == want => return errors,
+                Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)))
+                    if holder(&l) == want =>
+                {
+                    return errors;
+                }
                 Some(Err(e)) => errors.push(format!("{e:?}")),
                 Some(Ok(_)) => {}
                 None => panic!("watcher ended"),
@@ -172,7 +277,9 @@ where
 async fn watcher_recovers(config: watcher::Config) {
     let (emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    api.create(&PostParams::default(), &lease("r", "a")).await.unwrap();
+    api.create(&PostParams::default(), &lease("r", "a"))
+        .await
+        .unwrap();
     let mut stream = watcher(api.clone(), config).default_backoff().boxed();
     until_holder(&mut stream, "a").await;
     set_holder(&api, "r", "b").await;
@@ -193,7 +300,10 @@ async fn watcher_recovers(config: watcher::Config) {
     faults.expire_history();
     faults.clear();
     let errors = until_holder(&mut stream, "d").await;
-    assert!(errors.iter().any(|e| e.contains("410")), "the watcher should have seen 410 Gone: {errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("410")),
+        "the watcher should have seen 410 Gone: {errors:?}"
+    );
     set_holder(&api, "r", "e").await;
     until_holder(&mut stream, "e").await;
 }
@@ -212,14 +322,32 @@ async fn kube_streaming_list_watcher_recovers_from_dropped_watches_and_410() {
 async fn drop_watches_ends_open_streams() {
     let (emulator, client) = common::start().await;
     let api: Api<Lease> = Api::namespaced(client, "default");
-    let mut stream = api.watch(&WatchParams::default().disable_bookmarks(), "0").await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
     // Make sure the watch is established before cutting it.
-    api.create(&PostParams::default(), &lease("d", "a")).await.unwrap();
-    assert!(matches!(next(&mut stream).await.unwrap(), WatchEvent::Added(_)));
+    api.create(&PostParams::default(), &lease("d", "a"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut stream).await.unwrap(),
+        WatchEvent::Added(_)
+    ));
     emulator.faults().drop_watches();
-    let ended = tokio::time::timeout(WAIT, stream.try_next()).await.expect("stream ends");
+    let ended = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("stream ends");
     assert!(matches!(ended, Ok(None)), "{ended:?}");
     // New watches work again.
-    let mut again = api.watch(&WatchParams::default().disable_bookmarks(), "0").await.unwrap().boxed();
-    assert!(matches!(next(&mut again).await.unwrap(), WatchEvent::Added(_)));
+    let mut again = api
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert!(matches!(
+        next(&mut again).await.unwrap(),
+        WatchEvent::Added(_)
+    ));
 }

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 /// Starts an emulator on a free port with short bookmarks and a kube client for it.
 pub async fn start() -> (RunningEmulator, kube::Client) {
-    start_with(EmulatorConfig { bookmark_interval: Duration::from_millis(300), ..EmulatorConfig::default() }).await
+    start_with(EmulatorConfig {
+        bookmark_interval: Duration::from_millis(300),
+        ..EmulatorConfig::default()
+    })
+    .await
 }
 
 /// Starts an emulator with `config` and a kube client for it.
@@ -28,7 +32,9 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// The `code` of a kube API error, or panics with the unexpected result.
 pub fn api_code<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, String, String) {
     match result {
-        Err(kube::Error::Api(status)) => (status.code, status.reason.clone(), status.message.clone()),
+        Err(kube::Error::Api(status)) => {
+            (status.code, status.reason.clone(), status.message.clone())
+        }
         other => panic!("expected an API error, got {other:?}"),
     }
 }

@@ -1,0 +1,744 @@
+//! The same scripted request sequence against the emulator and, when the control-plane
+//! harness has its binaries, against a real kube-apiserver: both must answer with the same
+//! status codes and the same object fields (apart from uids, timestamps and resourceVersions).
+
+mod common;
+
+use http::{Method, Request};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// One request of the script and the status code kube-apiserver answers it with.
+struct Step {
+    label: &'static str,
+    method: Method,
+    /// Path below `/apis/coordination.k8s.io/` or an absolute path (starting with `/`); `{ns}`
+    /// is replaced by the namespace.
+    path: String,
+    content_type: &'static str,
+    body: Option<String>,
+    expect: u16,
+    /// Set where kube-apiserver is known to answer differently on purpose (the issue asks for
+    /// more than upstream serves); such steps are left out of the comparison.
+    upstream_differs: bool,
+}
+
+/// What one step produced: its label, status code and normalised response body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    /// The step's label.
+    pub label: &'static str,
+    /// HTTP status code.
+    pub code: u16,
+    /// The response body with volatile fields removed.
+    pub body: Value,
+}
+
+fn step(
+    label: &'static str,
+    method: Method,
+    path: &str,
+    content_type: &'static str,
+    body: Option<Value>,
+    expect: u16,
+) -> Step {
+    Step {
+        label,
+        method,
+        path: path.to_string(),
+        content_type,
+        body: body.map(|b| b.to_string()),
+        expect,
+        upstream_differs: false,
+    }
+}
+
+fn yaml_step(label: &'static str, path: &str, yaml: &str, expect: u16) -> Step {
+    Step {
+        label,
+        method: Method::PATCH,
+        path: path.to_string(),
+        content_type: "application/apply-patch+yaml",
+        body: Some(yaml.to_string()),
+        expect,
+        upstream_differs: false,
+    }
+}
+
+/// Replaces UUIDs inside a message (precondition errors quote the object's uid).
+fn mask_uuids(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let candidate = text.get(i..i + 36).unwrap_or("");
+        let is_uuid = candidate.len() == 36
+            && candidate.char_indices().all(|(j, c)| {
+                if [8, 13, 18, 23].contains(&j) {
+                    c == '-'
+                } else {
+                    c.is_ascii_hexdigit()
+                }
+            });
+        if is_uuid {
+            out.push_str("<uid>");
+            i += 36;
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// Removes what legitimately differs between two servers.
+fn normalize(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for volatile in [
+                "uid",
+                "creationTimestamp",
+                "resourceVersion",
+                "deletionTimestamp",
+                "time",
+                "continue",
+                "selfLink",
+            ] {
+                if let Some(x) = map.get_mut(volatile) {
+                    *x = json!("<volatile>");
+                }
+            }
+            // Decoding errors quote Go's JSON decoder after the common prefix; keep the prefix.
+            if let Some(Value::String(message)) = map.get_mut("message") {
+                *message = mask_uuids(message);
+                if let Some(at) = message.find(" cannot be handled as a ") {
+                    if let Some(colon) = message[at..].find(": ").map(|c| at + c) {
+                        if !message[colon..].starts_with(": no kind") {
+                            message.truncate(colon);
+                        }
+                    }
+                }
+            }
+            if let Some(Value::Array(entries)) = map.get_mut("managedFields") {
+                let mut managers: Vec<Value> = entries
+                    .iter()
+                    .map(|e| json!([e["manager"], e["operation"], e["fieldsV1"]]))
+                    .collect();
+                managers.sort_by_key(ToString::to_string);
+                map.insert("managedFields".into(), Value::Array(managers));
+            }
+            for child in map.values_mut() {
+                normalize(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+fn lease(name: &str, spec: Value) -> Value {
+    json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": { "name": name, "labels": { "suite": "diff" } }, "spec": spec })
+}
+
+fn candidate(name: &str, spec: Value) -> Value {
+    json!({ "apiVersion": "coordination.k8s.io/v1beta1", "kind": "LeaseCandidate", "metadata": { "name": name }, "spec": spec })
+}
+
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+
+/// Runs the script against `client` in namespace `ns` and returns the transcript. Fails if a
+/// status code differs from what kube-apiserver is known to answer.
+///
+/// Steps marked `upstream_differs` are sent only when `upstream` is false.
+pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<Exchange> {
+    let leases = "v1/namespaces/{ns}/leases";
+    let l1 = "v1/namespaces/{ns}/leases/l1";
+    let cands = "v1beta1/namespaces/{ns}/leasecandidates";
+    let valid_spec = json!({ "holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2024-01-01T00:00:00.000000Z" });
+    let cand_spec = json!({ "leaseName": "l1", "binaryVersion": "1.33.0", "emulationVersion": "1.33.0", "strategy": "OldestEmulationVersion" });
+    let mut transcript = Vec::new();
+    let run = async |s: Step, transcript: &mut Vec<Exchange>| -> Value {
+        if upstream && s.upstream_differs {
+            return Value::Null;
+        }
+        let path = s.path.replace("{ns}", ns);
+        let uri = if path.starts_with('/') {
+            path
+        } else {
+            format!("/apis/coordination.k8s.io/{path}")
+        };
+        let mut req = Request::builder()
+            .method(s.method.clone())
+            .uri(&uri)
+            .header("Accept", "application/json");
+        if s.body.is_some() {
+            req = req.header("Content-Type", s.content_type);
+        }
+        let req = req
+            .body(Body::from(s.body.clone().unwrap_or_default().into_bytes()))
+            .expect("request builds");
+        let resp = client.send(req).await.expect("request is answered");
+        let code = resp.status().as_u16();
+        let bytes = resp.into_body().collect_bytes().await.expect("body reads");
+        let raw: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)));
+        assert_eq!(code, s.expect, "{} {uri} ({}): {raw}", s.method, s.label);
+        let mut body = raw.clone();
+        normalize(&mut body);
+        if !s.upstream_differs {
+            transcript.push(Exchange {
+                label: s.label,
+                code,
+                body,
+            });
+        }
+        raw
+    };
+
+    let created = run(
+        step(
+            "create lease",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease("l1", valid_spec.clone())),
+            201,
+        ),
+        &mut transcript,
+    )
+    .await;
+    let rv1 = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let uid = created["metadata"]["uid"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    run(
+        step(
+            "create existing",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease("l1", valid_spec.clone())),
+            409,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step("get", Method::GET, l1, JSON, None, 200),
+        &mut transcript,
+    )
+    .await;
+    let mut update = lease(
+        "l1",
+        json!({ "holderIdentity": "b", "leaseDurationSeconds": 15 }),
+    );
+    update["metadata"]["resourceVersion"] = json!(rv1);
+    let updated = run(
+        step("update", Method::PUT, l1, JSON, Some(update.clone()), 200),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "update with stale resourceVersion",
+            Method::PUT,
+            l1,
+            JSON,
+            Some(update.clone()),
+            409,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "update without resourceVersion",
+            Method::PUT,
+            l1,
+            JSON,
+            Some(lease("l1", json!({ "holderIdentity": "c" }))),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    let noop = run(
+        step(
+            "no-op update",
+            Method::PUT,
+            l1,
+            JSON,
+            Some(updated.clone()),
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    assert_eq!(
+        noop["metadata"]["resourceVersion"], updated["metadata"]["resourceVersion"],
+        "a no-op update keeps the resourceVersion"
+    );
+    run(step("invalid lease", Method::POST, leases, JSON, Some(lease("bad", json!({ "leaseDurationSeconds": 0, "leaseTransitions": -1, "preferredHolder": "x" }))), 422), &mut transcript).await;
+    run(
+        step(
+            "invalid lease name",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease("Bad_Name", json!({}))),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "unsupported strategy",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease("s1", json!({ "strategy": "foobar" }))),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "too many slashes",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease(
+                "s2",
+                json!({ "strategy": "example.com/foobar/toomanyslashes" }),
+            )),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "third-party strategy",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease(
+                "s3",
+                json!({ "strategy": "example.com/foobar", "preferredHolder": "x" }),
+            )),
+            201,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "wrong type",
+            Method::POST,
+            leases,
+            JSON,
+            Some(lease("t", json!({ "leaseDurationSeconds": "ten" }))),
+            400,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(step("wrong kind", Method::POST, leases, JSON, Some(json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "LeaseCandidate", "metadata": { "name": "k" } })), 400), &mut transcript).await;
+    run(
+        step(
+            "missing namespace",
+            Method::POST,
+            "v1/namespaces/conclave-no-such-ns/leases",
+            JSON,
+            Some(lease("x", json!({}))),
+            404,
+        ),
+        &mut transcript,
+    )
+    .await;
+
+    run(
+        step(
+            "create candidate",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate("Cand_1.a", cand_spec.clone())),
+            201,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(step("candidate binary < emulation", Method::POST, cands, JSON, Some(candidate("c2", json!({ "leaseName": "l1", "binaryVersion": "1.30.0", "emulationVersion": "1.31.0", "strategy": "OldestEmulationVersion" }))), 422), &mut transcript).await;
+    run(
+        step(
+            "candidate missing versions",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate(
+                "c3",
+                json!({ "leaseName": "l1", "strategy": "OldestEmulationVersion" }),
+            )),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(step("candidate four-part version", Method::POST, cands, JSON, Some(candidate("c4", json!({ "leaseName": "l1", "binaryVersion": "1.30.1.6", "strategy": "example.com/x" }))), 422), &mut transcript).await;
+    run(
+        step(
+            "candidate missing everything",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate("c5", json!({}))),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(step("candidate third-party strategy", Method::POST, cands, JSON, Some(candidate("c6", json!({ "leaseName": "l2", "binaryVersion": "1.33.0", "strategy": "example.com/foo" }))), 201), &mut transcript).await;
+    run(
+        step(
+            "candidate leaseName is immutable",
+            Method::PATCH,
+            &format!("{cands}/c6"),
+            MERGE,
+            Some(json!({ "spec": { "leaseName": "other" } })),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    // kube-apiserver v1.37 rejects this selector for v1beta1 ("not a known field selector");
+    // the issue asks for it and the controller relies on it, so the emulator serves it.
+    let by_lease = Step {
+        upstream_differs: true,
+        ..step(
+            "list candidates by leaseName",
+            Method::GET,
+            &format!("{cands}?fieldSelector=spec.leaseName%3Dl2"),
+            JSON,
+            None,
+            200,
+        )
+    };
+    let listed = run(by_lease, &mut transcript).await;
+    if !upstream {
+        let names: Vec<&str> = listed["items"]
+            .as_array()
+            .map(|i| {
+                i.iter()
+                    .filter_map(|c| c["metadata"]["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(names, vec!["c6"]);
+    }
+    run(
+        step(
+            "unsupported field selector",
+            Method::GET,
+            &format!("{cands}?fieldSelector=spec.strategy%3Dx"),
+            JSON,
+            None,
+            400,
+        ),
+        &mut transcript,
+    )
+    .await;
+
+    run(step("merge patch", Method::PATCH, l1, MERGE, Some(json!({ "metadata": { "labels": { "extra": "yes" } }, "spec": { "leaseTransitions": 3 } })), 200), &mut transcript).await;
+    run(
+        step(
+            "json patch test fails",
+            Method::PATCH,
+            l1,
+            "application/json-patch+json",
+            Some(json!([{ "op": "test", "path": "/spec/holderIdentity", "value": "zzz" }])),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "json patch",
+            Method::PATCH,
+            l1,
+            "application/json-patch+json",
+            Some(json!([{ "op": "replace", "path": "/spec/holderIdentity", "value": "j" }])),
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "strategic merge patch",
+            Method::PATCH,
+            l1,
+            "application/strategic-merge-patch+json",
+            Some(json!({ "spec": { "holderIdentity": "s" } })),
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "invalid patch result",
+            Method::PATCH,
+            l1,
+            MERGE,
+            Some(json!({ "spec": { "leaseDurationSeconds": -5 } })),
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "unsupported patch type",
+            Method::PATCH,
+            l1,
+            "text/plain",
+            Some(json!({})),
+            415,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "patch missing object",
+            Method::PATCH,
+            &format!("{leases}/missing"),
+            MERGE,
+            Some(json!({})),
+            404,
+        ),
+        &mut transcript,
+    )
+    .await;
+
+    let ssa = format!("{leases}/ssa?fieldManager=alice");
+    let config = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ssa\nspec:\n  holderIdentity: alice\n  leaseDurationSeconds: 10\n";
+    run(
+        yaml_step("apply creates", &ssa, config, 201),
+        &mut transcript,
+    )
+    .await;
+    run(yaml_step("apply again", &ssa, config, 200), &mut transcript).await;
+    let bob = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ssa\nspec:\n  holderIdentity: bob\n";
+    run(
+        yaml_step(
+            "apply conflict",
+            &format!("{leases}/ssa?fieldManager=bob"),
+            bob,
+            409,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        yaml_step(
+            "apply force",
+            &format!("{leases}/ssa?fieldManager=bob&force=true"),
+            bob,
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        yaml_step(
+            "apply shrink",
+            &ssa,
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ssa\n",
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        yaml_step(
+            "apply without fieldManager",
+            &format!("{leases}/ssa"),
+            config,
+            422,
+        ),
+        &mut transcript,
+    )
+    .await;
+
+    run(
+        step(
+            "list by label",
+            Method::GET,
+            &format!("{leases}?labelSelector=suite%3Ddiff,extra"),
+            JSON,
+            None,
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "list page",
+            Method::GET,
+            &format!("{leases}?limit=1"),
+            JSON,
+            None,
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    let wrong_uid = json!({ "preconditions": { "uid": "00000000-0000-0000-0000-000000000000" } });
+    run(
+        step(
+            "delete with wrong uid",
+            Method::DELETE,
+            l1,
+            JSON,
+            Some(wrong_uid),
+            409,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "delete",
+            Method::DELETE,
+            l1,
+            JSON,
+            Some(json!({ "preconditions": { "uid": uid } })),
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step("get deleted", Method::GET, l1, JSON, None, 404),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step("delete deleted", Method::DELETE, l1, JSON, None, 404),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "delete collection",
+            Method::DELETE,
+            &format!("{leases}?labelSelector=suite%3Ddiff"),
+            JSON,
+            None,
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "list after delete collection",
+            Method::GET,
+            leases,
+            JSON,
+            None,
+            200,
+        ),
+        &mut transcript,
+    )
+    .await;
+    run(
+        step(
+            "unknown resource",
+            Method::GET,
+            "v1/namespaces/{ns}/widgets",
+            JSON,
+            None,
+            404,
+        ),
+        &mut transcript,
+    )
+    .await;
+    transcript
+}
+
+/// Steps whose message text comes from conclave-core's validation, whose wording for a
+/// multi-slash strategy ("a qualified name must consist of ...") differs from kube-apiserver
+/// v1.37 ("a valid label key must consist of ..."). Status code and field are still compared.
+const KNOWN_CORE_WORDING: &[&str] = &["too many slashes"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulator_matches_kube_apiserver() {
+    let (emulator, client) = common::start().await;
+    let ns_name = "differential-0";
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": ns_name } })).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let ours = run_script(&client, ns_name, false).await;
+
+    let plane = match conclave_testkit::ControlPlane::start().await {
+        Ok(Some(plane)) => plane,
+        Ok(None) => {
+            eprintln!(
+                "SKIP real-server comparison: control-plane binaries missing; the emulator ran the script alone"
+            );
+            return;
+        }
+        Err(e) => panic!("control plane failed to start: {e}"),
+    };
+    let real_client = plane.client().await.expect("client for the real apiserver");
+    let real_ns = plane.namespace("differential").await.expect("namespace");
+    assert_eq!(
+        real_ns, ns_name,
+        "both runs use the same namespace name so messages compare"
+    );
+    let theirs = run_script(&real_client, &real_ns, true).await;
+    let mut differences = Vec::new();
+    assert_eq!(ours.len(), theirs.len());
+    for (a, b) in ours.iter().zip(theirs.iter()) {
+        if KNOWN_CORE_WORDING.contains(&a.label)
+            && a.code == b.code
+            && a.body["details"]["causes"][0]["field"] == b.body["details"]["causes"][0]["field"]
+        {
+            if a != b {
+                eprintln!(
+                    "KNOWN DIFFERENCE in conclave-core's message wording (reported to the integrator), step {:?}:\n  emulator:       {}\n  kube-apiserver: {}",
+                    a.label, a.body["message"], b.body["message"]
+                );
+            }
+            continue;
+        }
+        if a != b {
+            differences.push(format!(
+                "step {:?}:\n  emulator:       {} {}\n  kube-apiserver: {} {}",
+                a.label, a.code, a.body, b.code, b.body
+            ));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+    emulator.shutdown().await.unwrap();
+}
