@@ -23,12 +23,11 @@ mod limits;
 mod plugin;
 mod registry;
 
-pub use compile::{LoadStats, default_cache_dir};
+pub use compile::LoadStats;
 pub use limits::Limits;
 pub use plugin::{PluginInfo, PluginSource};
 
 use conclave_core::request::ElectionRequest;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,10 +263,4 @@ impl EngineError {
             Self::InvalidAnswer { .. } => "invalid_answer",
         }
     }
-}
-
-/// The plugins embedded in the binary, by package name.
-#[must_use]
-pub fn builtin_plugins() -> BTreeMap<&'static str, &'static [u8]> {
-    registry::BUILTINS.iter().copied().collect()
 }
