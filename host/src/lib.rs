@@ -4,4 +4,5 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod controller;
 pub mod engine;

@@ -14,6 +14,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the coordinated leader election controller.
+    Run(conclave::cli::run::RunArgs),
     /// Test, inspect and benchmark strategy plugins.
     Strategy(conclave::cli::strategy::StrategyArgs),
 }
@@ -21,6 +23,7 @@ enum Command {
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => conclave::cli::run::run(args).map(|()| ExitCode::SUCCESS),
         Command::Strategy(args) => conclave::cli::strategy::run(args),
     }
 }

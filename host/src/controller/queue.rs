@@ -1,0 +1,249 @@
+//! The work queue: Lease keys (`namespace/name`), deduplicated, with delayed re-adds, and at most
+//! one worker per key at a time.
+//!
+//! A key added while a worker holds it is marked dirty and handed out again once the worker is
+//! done, so no event is lost and no Lease is reconciled twice concurrently. A delayed add keeps
+//! only the earliest deadline per key; an immediate add supersedes any delay.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A Lease key, `namespace/name`.
+pub type Key = String;
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<Key>,
+    queued: HashSet<Key>,
+    active: HashSet<Key>,
+    dirty: HashSet<Key>,
+    delayed: BTreeSet<(Instant, Key)>,
+    deadline_of: HashMap<Key, Instant>,
+    first_added: HashMap<Key, Instant>,
+    shutdown: bool,
+}
+
+impl State {
+    fn push_ready(&mut self, key: Key) {
+        if let Some(at) = self.deadline_of.remove(&key) {
+            self.delayed.remove(&(at, key.clone()));
+        }
+        if self.active.contains(&key) {
+            self.dirty.insert(key);
+        } else if self.queued.insert(key.clone()) {
+            self.ready.push_back(key);
+        }
+    }
+
+    fn promote_due(&mut self, now: Instant) {
+        while let Some((at, _)) = self.delayed.first() {
+            if *at > now {
+                break;
+            }
+            let Some((_, key)) = self.delayed.pop_first() else {
+                break;
+            };
+            self.deadline_of.remove(&key);
+            self.push_ready(key);
+        }
+    }
+}
+
+/// A cloneable handle to the queue.
+#[derive(Clone, Default)]
+pub struct WorkQueue {
+    state: Arc<Mutex<State>>,
+    notify: Arc<Notify>,
+}
+
+/// A key handed to a worker; pass it back to [`WorkQueue::done`].
+#[derive(Debug)]
+pub struct Item {
+    /// The Lease key.
+    pub key: Key,
+    /// When the key was first added since it was last done: the trigger of this reconcile.
+    pub triggered_at: Instant,
+}
+
+impl WorkQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds `key` for immediate processing.
+    pub fn add(&self, key: Key) {
+        {
+            let mut st = self.lock();
+            if st.shutdown {
+                return;
+            }
+            st.first_added.entry(key.clone()).or_insert_with(Instant::now);
+            st.push_ready(key);
+        }
+        self.notify.notify_one();
+    }
+
+    /// Adds `key` at `at`, unless it is already due earlier.
+    pub fn add_at(&self, key: Key, at: Instant) {
+        if at <= Instant::now() {
+            self.add(key);
+            return;
+        }
+        {
+            let mut st = self.lock();
+            if st.shutdown || st.queued.contains(&key) {
+                return;
+            }
+            if let Some(&existing) = st.deadline_of.get(&key) {
+                if existing <= at {
+                    return;
+                }
+                st.delayed.remove(&(existing, key.clone()));
+            }
+            st.deadline_of.insert(key.clone(), at);
+            st.delayed.insert((at, key));
+        }
+        // Wake a worker so it re-computes the earliest deadline it sleeps until.
+        self.notify.notify_one();
+    }
+
+    /// Waits for the next key; `None` once the queue is shut down.
+    pub async fn next(&self) -> Option<Item> {
+        loop {
+            let notified = self.notify.notified();
+            let sleep_until = {
+                let mut st = self.lock();
+                if st.shutdown {
+                    return None;
+                }
+                st.promote_due(Instant::now());
+                if let Some(key) = st.ready.pop_front() {
+                    st.queued.remove(&key);
+                    st.active.insert(key.clone());
+                    let triggered_at = st
+                        .first_added
+                        .get(&key)
+                        .copied()
+                        .unwrap_or_else(Instant::now);
+                    let more = !st.ready.is_empty();
+                    drop(st);
+                    if more {
+                        self.notify.notify_one();
+                    }
+                    return Some(Item { key, triggered_at });
+                }
+                st.delayed.first().map(|(at, _)| *at)
+            };
+            match sleep_until {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Marks `item` finished; if it was added meanwhile, it is queued again.
+    pub fn done(&self, item: Item) {
+        let requeued = {
+            let mut st = self.lock();
+            st.active.remove(&item.key);
+            if st.dirty.remove(&item.key) {
+                st.push_ready(item.key);
+                true
+            } else {
+                if !st.queued.contains(&item.key) {
+                    st.first_added.remove(&item.key);
+                }
+                false
+            }
+        };
+        if requeued {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Number of keys waiting (ready or delayed).
+    pub fn len(&self) -> usize {
+        let st = self.lock();
+        st.ready.len() + st.delayed.len()
+    }
+
+    /// Whether no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops handing out keys; workers get `None` from [`next`](Self::next).
+    pub fn shutdown(&self) {
+        self.lock().shutdown = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn deduplicates_and_holds_one_worker_per_key() {
+        let q = WorkQueue::default();
+        q.add("ns/a".into());
+        q.add("ns/a".into());
+        q.add("ns/b".into());
+        let a = q.next().await.expect("a");
+        assert_eq!(a.key, "ns/a");
+        // Added again while a worker holds it: not handed out until done.
+        q.add("ns/a".into());
+        let b = q.next().await.expect("b");
+        assert_eq!(b.key, "ns/b");
+        assert!(q.is_empty());
+        q.done(a);
+        let again = q.next().await.expect("a again");
+        assert_eq!(again.key, "ns/a");
+        q.done(again);
+        q.done(b);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_adds_keep_the_earliest_deadline() {
+        let q = WorkQueue::default();
+        let now = Instant::now();
+        q.add_at("ns/a".into(), now + Duration::from_secs(10));
+        q.add_at("ns/a".into(), now + Duration::from_secs(3));
+        q.add_at("ns/a".into(), now + Duration::from_secs(7));
+        assert_eq!(q.len(), 1);
+        let item = q.next().await.expect("a");
+        assert_eq!(item.key, "ns/a");
+        let waited = Instant::now() - now;
+        assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(7));
+        q.done(item);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn immediate_add_supersedes_a_delay_and_shutdown_ends_workers() {
+        let q = WorkQueue::default();
+        q.add_at("ns/a".into(), Instant::now() + Duration::from_secs(60));
+        q.add("ns/a".into());
+        let item = q.next().await.expect("a");
+        q.done(item);
+        assert!(q.is_empty(), "the delayed entry was replaced");
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.next().await.map(|i| i.key) }
+        });
+        tokio::task::yield_now().await;
+        q.shutdown();
+        assert_eq!(waiter.await.expect("join"), None);
+    }
+}

@@ -1,0 +1,350 @@
+//! The controller against the embedded API server: elections, pre-emption, legacy holders,
+//! conflicts, GC, and faults (500s, 409 storms, dropped watches, a restart mid-election).
+
+mod controller_support;
+
+use conclave_core::plan::Mode;
+use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
+use conclave_emulator::{Emulator, EmulatorConfig, Failure, RunningEmulator, Verb};
+use conclave_testkit::{CandidateResponder, lease_candidate};
+use controller_support::{
+    CoordinatedHolder, HolderAudit, WAIT, config, start, wait_event, wait_lease,
+};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use std::time::Duration;
+
+const NS: &str = "default";
+
+async fn emulator() -> (RunningEmulator, Client) {
+    let emulator = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_millis(500),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let config = kube::Config::new(emulator.url().parse().expect("url"));
+    let client = Client::try_from(config).expect("client");
+    (emulator, client)
+}
+
+async fn candidate(
+    client: &Client,
+    name: &str,
+    lease: &str,
+    binary: &str,
+    emulation: &str,
+    strategy: &str,
+) -> CandidateResponder {
+    CandidateResponder::register(
+        client.clone(),
+        lease_candidate(NS, name, lease, binary, Some(emulation), strategy),
+    )
+    .await
+    .expect("candidate registers")
+}
+
+fn micro(at: jiff::Timestamp) -> MicroTime {
+    MicroTime(at)
+}
+
+fn ago(seconds: i64) -> MicroTime {
+    micro(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_the_lease_for_the_oldest_emulation_version() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "baz1", "l", "1.20.0", "1.20.0", OEV).await;
+    let _b = candidate(&client, "baz2", "l", "1.20.0", "1.19.0", OEV).await;
+    let _c = candidate(&client, "baz3", "l", "1.19.0", "1.19.0", OEV).await;
+    let _d = candidate(&client, "baz4", "l", "1.20.0", "1.19.0", OEV).await;
+    let record = wait_lease(&leases, "l", "baz3 to hold l", |r| r.holder() == Some("baz3")).await;
+    assert_eq!(record.strategy(), Some(OEV));
+    assert!(record.elected_by_conclave, "annotation elected-by: conclave");
+    assert_eq!(record.lease_duration_seconds, Some(15));
+    assert!(record.renew_time.is_some() && record.acquire_time.is_some());
+    wait_event(&client, NS, "l", "Elected").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn better_candidate_preempts_the_holder_which_steps_down() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _new = candidate(&client, "new", "l", "1.31.0", "1.31.0", OEV).await;
+    let new_holder = CoordinatedHolder::start(leases.clone(), "l", "new");
+    wait_lease(&leases, "l", "new to hold l", |r| r.holder() == Some("new")).await;
+
+    let _old = candidate(&client, "old", "l", "1.30.0", "1.30.0", OEV).await;
+    let _old_holder = CoordinatedHolder::start(leases.clone(), "l", "old");
+    wait_event(&client, NS, "l", "Preempted").await;
+    let record = wait_lease(&leases, "l", "old to take over after new steps down", |r| {
+        r.holder() == Some("old")
+    })
+    .await;
+    assert!(new_holder.releases() >= 1, "new stepped down through a release");
+    // preferredHolder is cleared once the preferred candidate holds the Lease.
+    let record = if record.preferred().is_some() {
+        wait_lease(&leases, "l", "preferredHolder cleared", |r| {
+            r.holder() == Some("old") && r.preferred().is_none()
+        })
+        .await
+    } else {
+        record
+    };
+    assert_eq!(record.preferred(), None);
+    audit.assert_never_two_holders();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_holder_keeps_the_lease_until_it_expires() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("l".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("legacy".into()),
+                    lease_duration_seconds: Some(3),
+                    renew_time: Some(ago(0)),
+                    ..LeaseSpec::default()
+                }),
+            },
+        )
+        .await
+        .expect("legacy lease");
+    let legacy = CoordinatedHolder::start(leases.clone(), "l", "legacy");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    // The candidate is registered and acks pings; give the controller several ack windows and
+    // Lease renewals to (wrongly) act; the legacy holder must keep the Lease and nobody may ask
+    // it to step down.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let record = controller_support::wait_lease(&leases, "l", "lease", |_| true).await;
+        assert_eq!(record.holder(), Some("legacy"), "legacy keeps the Lease while live");
+        assert_eq!(record.preferred(), None, "a legacy holder is not pre-empted");
+    }
+    drop(legacy);
+    wait_lease(&leases, "l", "a to take over the expired Lease", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conflicts_and_unknown_strategies_write_nothing() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "conflicted", "1.31.0", "1.31.0", OEV).await;
+    let _b = candidate(&client, "b", "conflicted", "1.31.0", "1.31.0", "example.com/other").await;
+    let event = wait_event(&client, NS, "conflicted", "StrategyConflict").await;
+    assert!(event.note.unwrap_or_default().contains("example.com/other"));
+    let _c = candidate(&client, "c", "unknown", "1.31.0", "1.31.0", "example.com/nope").await;
+    wait_event(&client, NS, "unknown", "UnknownStrategy").await;
+    assert!(leases.get_opt("conflicted").await.unwrap().is_none());
+    assert!(leases.get_opt("unknown").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leases_own_strategy_is_honoured() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("l".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    strategy: Some(OEV.into()),
+                    ..LeaseSpec::default()
+                }),
+            },
+        )
+        .await
+        .expect("lease with a strategy");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    // The candidates ask for a strategy no plugin implements; the Lease's own one wins.
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.30.0", "example.com/nope").await;
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", "example.com/nope").await;
+    let record = wait_lease(&leases, "l", "a elected by the Lease's strategy", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    assert_eq!(record.strategy(), Some(OEV));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unresponsive_best_candidate_is_left_out() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    // The best candidate by version renewed a minute ago and never answers pings.
+    let mut dead = lease_candidate(NS, "dead", "l", "1.29.0", Some("1.29.0"), OEV);
+    dead.spec.as_mut().unwrap().renew_time = Some(ago(60));
+    candidates.create(&PostParams::default(), &dead).await.unwrap();
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "live to be elected", |r| r.holder() == Some("live")).await;
+    let dead = candidates.get("dead").await.unwrap();
+    assert!(
+        dead.spec.unwrap().ping_time.is_some(),
+        "the dead candidate was pinged before being left out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn released_and_deleted_leases_are_reassigned() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a to hold l", |r| r.holder() == Some("a")).await;
+
+    // Released as client-go does: empty holder, strategy dropped.
+    let mut lease = leases.get("l").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some(String::new());
+    spec.strategy = None;
+    spec.lease_duration_seconds = Some(1);
+    leases.replace("l", &PostParams::default(), &lease).await.unwrap();
+    let record = wait_lease(&leases, "l", "a to be re-elected", |r| r.holder() == Some("a")).await;
+    assert_eq!(record.strategy(), Some(OEV), "the strategy is written back");
+
+    leases.delete("l", &Default::default()).await.unwrap();
+    wait_lease(&leases, "l", "l re-created", |r| r.holder() == Some("a")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_candidates_are_garbage_collected() {
+    let (_emu, client) = emulator().await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let mut stale = lease_candidate(NS, "stale", "l", "1.31.0", Some("1.31.0"), OEV);
+    let spec = stale.spec.as_mut().unwrap();
+    spec.renew_time = Some(ago(7200));
+    spec.ping_time = Some(ago(3600));
+    candidates.create(&PostParams::default(), &stale).await.unwrap();
+    let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
+    let mut cfg = config(NS, "c1");
+    cfg.candidate_gc_after = Duration::from_secs(4);
+    let _controller = start(client.clone(), cfg);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while candidates.get_opt("stale").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "stale candidate not collected");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        candidates.get_opt("live").await.unwrap().is_some(),
+        "a candidate that answers pings is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn elections_complete_after_500s_409_storms_and_dropped_watches() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    let faults = emu.faults().clone();
+    faults.fail_next(Verb::Create, "leases", 3, Failure::InternalError);
+    faults.fail_next(Verb::Update, "leasecandidates", 3, Failure::InternalError);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    let _holder_a = CoordinatedHolder::start(leases.clone(), "l", "a");
+    wait_lease(&leases, "l", "a elected despite 500s", |r| r.holder() == Some("a")).await;
+
+    // A 409 storm: another writer bumps the Lease's resourceVersion continuously while a better
+    // candidate arrives and the controller must pre-empt a.
+    let storm = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            for i in 0..200u32 {
+                if let Ok(mut lease) = leases.get("l").await {
+                    lease
+                        .metadata
+                        .labels
+                        .get_or_insert_with(Default::default)
+                        .insert("storm".into(), i.to_string());
+                    let _ = leases.replace("l", &PostParams::default(), &lease).await;
+                }
+            }
+        }
+    });
+    faults.drop_watches();
+    let _b = candidate(&client, "b", "l", "1.30.0", "1.30.0", OEV).await;
+    let _holder_b = CoordinatedHolder::start(leases.clone(), "l", "b");
+    faults.drop_watches();
+    faults.fail_next(Verb::Update, "leases", 2, Failure::InternalError);
+    wait_lease(&leases, "l", "b to hold l after the storm", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    storm.await.unwrap();
+    faults.drop_watches();
+    audit.assert_never_two_holders();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    // Slow API: the first controller is mid-way (pings sent or in flight) when it crashes.
+    emu.faults().set_latency(Duration::from_millis(150));
+    let mut stale = lease_candidate(NS, "a", "l", "1.31.0", Some("1.31.0"), OEV);
+    stale.spec.as_mut().unwrap().renew_time = Some(ago(60));
+    candidates.create(&PostParams::default(), &stale).await.unwrap();
+    let first = start(client.clone(), config(NS, "c1"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while candidates.get("a").await.unwrap().spec.unwrap().ping_time.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no ping from the first controller");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.crash();
+    emu.faults().set_latency(Duration::ZERO);
+    // The candidate comes alive (answers pings) only now; a second controller finishes the job
+    // once the crashed one's Lease expires.
+    let _responder = CandidateResponder::register(
+        client.clone(),
+        lease_candidate(NS, "b", "l", "1.31.0", Some("1.31.0"), OEV),
+    )
+    .await
+    .unwrap();
+    let _second = start(client.clone(), config(NS, "c2"));
+    let record = wait_lease(&leases, "l", "an election after the restart", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    assert_eq!(record.holder(), Some("b"), "the unresponsive candidate is left out");
+    audit.assert_never_two_holders();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn third_party_mode_leaves_oldest_emulation_version_alone() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let mut cfg = config(NS, "c1");
+    cfg.mode = Mode::ThirdParty;
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    // A different Lease with an unknown third-party strategy proves the controller is working.
+    let _b = candidate(&client, "b", "tp", "1.31.0", "1.31.0", "example.com/nope").await;
+    wait_event(&client, NS, "tp", "UnknownStrategy").await;
+    assert!(leases.get_opt("l").await.unwrap().is_none());
+}

@@ -1,0 +1,261 @@
+//! Helpers shared by the controller's integration tests: run the controller in-process, wait on
+//! Lease conditions, watch for unsafe holder changes.
+#![allow(dead_code)]
+
+use conclave::controller::{self, ControllerConfig};
+use conclave::engine::{Engine, EngineConfig};
+use conclave_core::k8s::{lease_record, timestamp};
+use conclave_core::lease::LeaseRecord;
+use conclave_core::plan::Mode;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Generous bound for waiting on conditions (never a timing assertion).
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// A controller running in this process until dropped or stopped.
+pub struct RunningController {
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), controller::Error>>>,
+}
+
+impl RunningController {
+    /// Cancels the controller and waits for it to finish (graceful: releases its own Lease).
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let result = task.await.expect("controller task joins");
+            result.expect("controller ends cleanly");
+        }
+    }
+
+    /// Aborts the controller task at once, as a crash would (no release).
+    pub fn crash(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RunningController {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A test configuration: namespace `namespace`, mode `all`, short own-Lease timers.
+pub fn config(namespace: &str, identity: &str) -> ControllerConfig {
+    ControllerConfig {
+        namespaces: vec![namespace.to_owned()],
+        workers: 4,
+        ack_window: Duration::from_secs(2),
+        mode: Mode::All,
+        identity: identity.to_owned(),
+        controller_namespace: "kube-system".into(),
+        own_lease_duration: Duration::from_secs(4),
+        own_renew_deadline: Duration::from_secs(3),
+        own_retry_period: Duration::from_millis(500),
+        ..ControllerConfig::default()
+    }
+}
+
+/// The engine with the built-in plugins.
+pub fn engine() -> Engine {
+    Engine::new(EngineConfig::default()).expect("built-in plugins load")
+}
+
+/// Starts the controller with the built-in plugins.
+pub fn start(client: Client, config: ControllerConfig) -> RunningController {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(controller::run(
+        client,
+        Arc::new(engine()),
+        config,
+        shutdown.clone(),
+    ));
+    RunningController {
+        shutdown,
+        task: Some(task),
+    }
+}
+
+/// Waits until the Lease satisfies `check`, returning its record.
+pub async fn wait_lease(
+    api: &Api<Lease>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&LeaseRecord) -> bool,
+) -> LeaseRecord {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(Some(lease)) = api.get_opt(name).await {
+            let record = lease_record(&lease);
+            if check(&record) {
+                return record;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("timed out waiting for {what}; Lease is {record:?}");
+            }
+        } else if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}; Lease {name} missing");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until an Event with `reason` exists for Lease `name`.
+pub async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str) -> Event {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(list) = api.list(&Default::default()).await {
+            if let Some(event) = list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            }) {
+                return event;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for a {reason} Event on Lease {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Watches one Lease and records every holder change that took the Lease from a live holder
+/// (one whose previous record was neither released nor expired at the new renewTime): that
+/// would be two leaders at once.
+pub struct HolderAudit {
+    violations: Arc<Mutex<Vec<String>>>,
+    changes: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HolderAudit {
+    /// Starts watching `name` through `api`.
+    pub fn start(api: Api<Lease>, name: &str) -> Self {
+        let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+        let changes: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (v, c) = (violations.clone(), changes.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, config).default_backoff().applied_objects();
+            futures::pin_mut!(stream);
+            let mut previous: Option<LeaseRecord> = None;
+            while let Some(item) = stream.next().await {
+                let Ok(lease) = item else { continue };
+                let record = lease_record(&lease);
+                if let Some(prev) = &previous {
+                    if prev.holder() != record.holder() && record.holder().is_some() {
+                        c.lock().unwrap().push(record.holder().unwrap_or_default().to_owned());
+                        let at = record
+                            .renew_time
+                            .unwrap_or_else(|| timestamp(jiff::Timestamp::now()));
+                        if prev.holder().is_some() && !prev.is_expired(at) {
+                            v.lock().unwrap().push(format!(
+                                "{:?} replaced live holder {:?} (prev {prev:?}, new {record:?})",
+                                record.holder(),
+                                prev.holder()
+                            ));
+                        }
+                    }
+                }
+                previous = Some(record);
+            }
+        });
+        Self {
+            violations,
+            changes,
+            task,
+        }
+    }
+
+    /// Panics if any change replaced a live holder.
+    pub fn assert_never_two_holders(&self) {
+        let violations = self.violations.lock().unwrap();
+        assert!(violations.is_empty(), "two holders: {violations:#?}");
+    }
+
+    /// The holders the Lease changed to, in order.
+    pub fn changes(&self) -> Vec<String> {
+        self.changes.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HolderAudit {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A coordinated client for one identity: while the Lease names it as holder it renews every
+/// 300 ms (3 s duration); when `preferredHolder` names someone else it releases the Lease (empty
+/// holder, 1 s duration), as client-go's coordinated elector with release-on-cancel does.
+pub struct CoordinatedHolder {
+    task: tokio::task::JoinHandle<()>,
+    released: Arc<Mutex<u32>>,
+}
+
+impl CoordinatedHolder {
+    /// Starts renewing `name` for `identity`.
+    pub fn start(api: Api<Lease>, name: &str, identity: &str) -> Self {
+        let released: Arc<Mutex<u32>> = Arc::default();
+        let (name, identity, count) = (name.to_owned(), identity.to_owned(), released.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let Ok(Some(mut lease)) = api.get_opt(&name).await else {
+                    continue;
+                };
+                let record = lease_record(&lease);
+                if record.holder() != Some(identity.as_str()) {
+                    continue;
+                }
+                let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    jiff::Timestamp::now(),
+                );
+                let spec = lease.spec.get_or_insert_with(Default::default);
+                let step_down = record.preferred().is_some_and(|p| p != identity);
+                if step_down {
+                    spec.holder_identity = Some(String::new());
+                    spec.lease_duration_seconds = Some(1);
+                    spec.preferred_holder = None;
+                } else {
+                    spec.lease_duration_seconds = Some(3);
+                }
+                spec.renew_time = Some(now);
+                if api
+                    .replace(&name, &Default::default(), &lease)
+                    .await
+                    .is_ok()
+                    && step_down
+                {
+                    *count.lock().unwrap() += 1;
+                }
+            }
+        });
+        Self { task, released }
+    }
+
+    /// How many times it stepped down.
+    pub fn releases(&self) -> u32 {
+        *self.released.lock().unwrap()
+    }
+}
+
+impl Drop for CoordinatedHolder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
