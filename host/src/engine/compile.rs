@@ -4,7 +4,7 @@
 use super::EngineError;
 use super::limits::Limits;
 use sha2::{Digest, Sha256};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -242,4 +242,14 @@ pub(super) fn check_imports(
         }
     }
     Ok(imports)
+}
+
+/// The default compiled-code cache directory: `$XDG_CACHE_HOME/conclave/wasm`, else
+/// `~/.cache/conclave/wasm`; `None` when neither variable is set.
+#[must_use]
+pub fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .map(|base| base.join("conclave").join("wasm"))
 }

@@ -23,7 +23,7 @@ mod limits;
 mod plugin;
 mod registry;
 
-pub use compile::LoadStats;
+pub use compile::{LoadStats, default_cache_dir};
 pub use limits::Limits;
 pub use plugin::{PluginInfo, PluginSource};
 
