@@ -38,6 +38,9 @@ fn shipped_vectors_pass_under_both_names() {
             vectors().to_str().unwrap(),
             "--strategy",
             strategy,
+            // The limit is wall-clock; keep a loaded test machine from turning it into a failure.
+            "--time-limit-ms",
+            "1000",
         ]);
         assert!(
             output.status.success(),
@@ -63,6 +66,8 @@ fn a_wrong_expectation_fails_the_run() {
         "OldestEmulationVersion",
         "--vectors",
         broken.to_str().unwrap(),
+        "--time-limit-ms",
+        "1000",
     ]);
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
