@@ -1,0 +1,966 @@
+//! The elector: follow the Lease, lead while it names this identity, end each term gracefully.
+//!
+//! A leader never acts after it could be considered expired. Validity is judged with the local
+//! monotonic clock: a renewal sent at `t` keeps this instance leading until `t + renew_deadline`,
+//! while nobody else may consider the Lease expired before `t + lease_duration` (they measure
+//! from a write they observed after `t`). A follower judges expiry from the moment it observed
+//! the record change, never from remote timestamps (client-go's `observedTime`).
+
+use crate::candidate::{Candidate, CandidateHandle};
+use crate::config::{CandidateConfig, DEFAULT_DRAIN_TIMEOUT, LeaseConfig};
+use crate::lock::{LeaseLock, Write};
+use crate::metrics::ElectorMetrics;
+use crate::term::{Term, TermLease};
+use crate::{Error, Result, wall_now};
+use conclave_core::k8s::lease_record;
+use conclave_core::lease::LeaseRecord;
+use conclave_core::time::Timestamp;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How long aborted (leaked) tasks get to unwind before the release is skipped.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
+
+/// Capacity of the transition channel; slow subscribers miss the oldest transitions.
+const TRANSITION_BUFFER: usize = 256;
+
+/// What this instance is doing with the Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderState {
+    /// Not leading (healthy; a follower allocates nothing for a term).
+    Following,
+    /// Leading term `term`.
+    Leading {
+        /// The term number.
+        term: u64,
+    },
+    /// Term `term` was cancelled; its tasks are stopping and the Lease is still held.
+    Draining {
+        /// The term number.
+        term: u64,
+    },
+}
+
+/// Why a term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// The Lease's `preferredHolder` named another candidate.
+    Preempted {
+        /// The candidate named.
+        preferred_holder: String,
+    },
+    /// The process is shutting down.
+    Shutdown,
+    /// Renewal failed until the renew deadline, or someone else holds the Lease: the term was
+    /// cancelled at once and the Lease was not released.
+    LeaseLost,
+}
+
+impl StopReason {
+    /// A short label (`preempted`, `shutdown`, `lease-lost`) for logs and JSON.
+    #[must_use]
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Preempted { .. } => "preempted",
+            Self::Shutdown => "shutdown",
+            Self::LeaseLost => "lease-lost",
+        }
+    }
+}
+
+/// A change of leadership, in the order it happened. Times are wall-clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// A term began: user code is starting.
+    Leading {
+        /// The term number.
+        term: u64,
+        /// When the term began.
+        at: Timestamp,
+        /// When this instance observed itself as holder (the start of its leadership interval).
+        observed_at: Timestamp,
+    },
+    /// A term ended and its tasks were drained (or aborted past the drain timeout): the end of
+    /// the leadership interval.
+    StoppedLeading {
+        /// The term number.
+        term: u64,
+        /// When the drain ended.
+        at: Timestamp,
+        /// Why the term ended.
+        reason: StopReason,
+        /// Tasks still running at the drain timeout (reported as leaked, then aborted).
+        leaked_tasks: usize,
+    },
+    /// The Lease was released after term `term`.
+    Released {
+        /// The term number.
+        term: u64,
+        /// When the release was written.
+        at: Timestamp,
+    },
+    /// This instance follows (at start and after each term).
+    Following {
+        /// When.
+        at: Timestamp,
+    },
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: watch::Sender<LeaderState>,
+    leader: watch::Sender<Option<String>>,
+    running: watch::Sender<bool>,
+    transitions: broadcast::Sender<Transition>,
+}
+
+impl Shared {
+    fn emit(&self, transition: Transition) {
+        // No subscriber is fine.
+        let _ = self.transitions.send(transition);
+    }
+}
+
+/// Observes a running [`Elector`]: leader state, current leader, transitions, readiness.
+#[derive(Debug, Clone)]
+pub struct ElectorHandle {
+    shared: Arc<Shared>,
+    candidate: Option<CandidateHandle>,
+    metrics: ElectorMetrics,
+}
+
+impl ElectorHandle {
+    /// The leader state, as a watch channel.
+    #[must_use]
+    pub fn leader_state(&self) -> watch::Receiver<LeaderState> {
+        self.shared.state.subscribe()
+    }
+
+    /// The holder last observed on the Lease (`None`: nobody), as a watch channel.
+    #[must_use]
+    pub fn leader(&self) -> watch::Receiver<Option<String>> {
+        self.shared.leader.subscribe()
+    }
+
+    /// Every transition from now on.
+    #[must_use]
+    pub fn transitions(&self) -> broadcast::Receiver<Transition> {
+        self.shared.transitions.subscribe()
+    }
+
+    /// Whether this instance currently leads a term (draining counts as not leading).
+    #[must_use]
+    pub fn is_leading(&self) -> bool {
+        matches!(*self.shared.state.borrow(), LeaderState::Leading { .. })
+    }
+
+    /// Readiness: the elector runs and has read the Lease, and (coordinated mode) the
+    /// LeaseCandidate is registered. A follower is ready: following is a healthy state.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        *self.shared.running.borrow()
+            && self
+                .candidate
+                .as_ref()
+                .is_none_or(CandidateHandle::is_registered)
+    }
+
+    /// The LeaseCandidate's handle (coordinated mode).
+    #[must_use]
+    pub fn candidate(&self) -> Option<&CandidateHandle> {
+        self.candidate.as_ref()
+    }
+
+    /// The elector's metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &ElectorMetrics {
+        &self.metrics
+    }
+}
+
+#[derive(Debug)]
+enum Mode {
+    Classic,
+    Coordinated {
+        candidate: Box<Candidate>,
+        strategy: String,
+        fallback_after: Option<Duration>,
+    },
+}
+
+/// Leads a Lease while it names this identity; see the crate docs.
+pub struct Elector {
+    lock: LeaseLock,
+    mode: Mode,
+    drain_timeout: Duration,
+    metrics: ElectorMetrics,
+    shared: Arc<Shared>,
+    candidate: Option<CandidateHandle>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("lease", self.lock.config())
+            .field("mode", &self.mode)
+            .field("drain_timeout", &self.drain_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Elector {
+    /// Classic (non-coordinated) leader election, as client-go without `Coordinated`: acquires
+    /// the Lease when it is missing, released, or expired by local observation, with
+    /// resourceVersion preconditions. Used for the controller's own HA.
+    pub fn classic(client: Client, lease: LeaseConfig) -> Result<Self> {
+        lease.validate()?;
+        Ok(Self::build(client, lease, Mode::Classic, None))
+    }
+
+    /// Coordinated leader election (KEP-4355): registers a LeaseCandidate and leads only when an
+    /// election controller (Conclave or kube-apiserver's) names this identity as holder. Never
+    /// acquires the Lease itself unless [`Elector::with_fallback_after`] is set.
+    pub fn coordinated(
+        client: Client,
+        lease: LeaseConfig,
+        candidate: CandidateConfig,
+    ) -> Result<Self> {
+        let strategy = candidate.strategy.clone();
+        let candidate = Candidate::new(client.clone(), lease.clone(), candidate)?;
+        let handle = candidate.handle();
+        let mode = Mode::Coordinated {
+            candidate: Box::new(candidate),
+            strategy,
+            fallback_after: None,
+        };
+        Ok(Self::build(client, lease, mode, Some(handle)))
+    }
+
+    fn build(
+        client: Client,
+        lease: LeaseConfig,
+        mode: Mode,
+        candidate: Option<CandidateHandle>,
+    ) -> Self {
+        Self {
+            lock: LeaseLock::new(client, lease),
+            mode,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            metrics: ElectorMetrics::default(),
+            shared: Arc::new(Shared {
+                state: watch::channel(LeaderState::Following).0,
+                leader: watch::channel(None).0,
+                running: watch::channel(false).0,
+                transitions: broadcast::channel(TRANSITION_BUFFER).0,
+            }),
+            candidate,
+        }
+    }
+
+    /// How long a term's tasks may take to finish after its token is cancelled before they are
+    /// reported as leaked and aborted (default 10 s). The Lease keeps being renewed meanwhile.
+    #[must_use]
+    pub fn with_drain_timeout(mut self, drain_timeout: Duration) -> Self {
+        self.drain_timeout = drain_timeout;
+        self
+    }
+
+    /// KEP-4355's opt-in fallback (coordinated mode only; ignored in classic mode): if the Lease
+    /// stays missing, released or expired for `after` (no controller assigned a holder), take it
+    /// like a classic elector.
+    #[must_use]
+    pub fn with_fallback_after(mut self, after: Duration) -> Self {
+        if let Mode::Coordinated { fallback_after, .. } = &mut self.mode {
+            *fallback_after = Some(after);
+        }
+        self
+    }
+
+    /// Uses these metrics (e.g. already registered in the process's registry).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: ElectorMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// A handle to observe the elector; take it before [`Elector::run`].
+    #[must_use]
+    pub fn handle(&self) -> ElectorHandle {
+        ElectorHandle {
+            shared: self.shared.clone(),
+            candidate: self.candidate.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled, calling `lead` once per term with that term.
+    ///
+    /// `lead`'s future runs as a task of the term; returning early does not end the term. On
+    /// shutdown the LeaseCandidate is deleted first (so no controller elects this instance
+    /// again), then a running term ends gracefully: token cancelled, tasks drained, Lease
+    /// released. Returns an error only when the LeaseCandidate cannot be kept (see
+    /// [`Candidate::run`]); after stepping down in that case.
+    pub async fn run<F, Fut>(self, mut lead: F, shutdown: CancellationToken) -> Result<()>
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Self {
+            lock,
+            mode,
+            drain_timeout,
+            metrics,
+            shared,
+            ..
+        } = self;
+        let end = shutdown.child_token();
+        let (changes_tx, changes) = watch::channel(None);
+        let watch_stop = CancellationToken::new();
+        let watcher = tokio::spawn(watch_lease(
+            lock.api().clone(),
+            lock.config().name.clone(),
+            changes_tx,
+            watch_stop.clone(),
+        ));
+        let (take, strategy, candidate) = match mode {
+            Mode::Classic => (Take::Always, None, None),
+            Mode::Coordinated {
+                candidate,
+                strategy,
+                fallback_after,
+            } => {
+                let stop = CancellationToken::new();
+                let failed = end.clone();
+                let run = candidate.run(stop.clone());
+                let task = tokio::spawn(async move {
+                    let result = run.await;
+                    if let Err(error) = &result {
+                        tracing::error!(%error, "LeaseCandidate cannot be kept; stepping down");
+                        failed.cancel();
+                    }
+                    result
+                });
+                let take = fallback_after.map_or(Take::Never, Take::After);
+                (
+                    take,
+                    Some(strategy),
+                    Some(CandidateTask {
+                        stop,
+                        task: Some(task),
+                    }),
+                )
+            }
+        };
+        let mut runner = Runner {
+            lock,
+            take,
+            strategy,
+            drain_timeout,
+            metrics,
+            shared,
+            end,
+            changes,
+            candidate,
+            observed: Observed::default(),
+            terms: 0,
+            fatal: None,
+        };
+        runner.shared.emit(Transition::Following { at: wall_now() });
+        while let Some(won) = runner.follow().await {
+            runner.lead(won, &mut lead).await;
+            runner.shared.emit(Transition::Following { at: wall_now() });
+        }
+        runner.stop_candidate().await;
+        runner.shared.running.send_replace(false);
+        watch_stop.cancel();
+        let _ = watcher.await;
+        runner.fatal.map_or(Ok(()), Err)
+    }
+}
+
+/// When a follower may take the Lease itself.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    /// Classic: as soon as it is free.
+    Always,
+    /// Coordinated: never.
+    Never,
+    /// Coordinated with fallback: once it has been free for this long.
+    After(Duration),
+}
+
+struct CandidateTask {
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<()>>>,
+}
+
+/// The last Lease spec seen and when (local clock) it was first seen.
+#[derive(Debug, Default)]
+struct Observed {
+    spec: Option<LeaseSpec>,
+    at: Option<Instant>,
+}
+
+impl Observed {
+    fn observe(&mut self, lease: Option<&Lease>, now: Instant) {
+        let spec = lease.map(|l| l.spec.clone().unwrap_or_default());
+        if spec != self.spec || self.at.is_none() {
+            self.spec = spec;
+            self.at = Some(now);
+        }
+    }
+
+    /// Whether the record is unexpired by local observation: seen unchanged for less than its
+    /// `leaseDurationSeconds` (missing or non-positive durations count as expired).
+    fn fresh(&self, record: &LeaseRecord, now: Instant) -> bool {
+        let (Some(at), Some(seconds)) = (self.at, record.lease_duration_seconds) else {
+            return false;
+        };
+        let Ok(seconds) = u64::try_from(seconds) else {
+            return false;
+        };
+        seconds > 0 && at + Duration::from_secs(seconds) > now
+    }
+}
+
+/// This instance just became holder: the Lease as written by its own renewal or acquisition.
+struct Won {
+    lease: Box<Lease>,
+    observed_at: Timestamp,
+    renewed_at: Instant,
+}
+
+struct Runner {
+    lock: LeaseLock,
+    take: Take,
+    strategy: Option<String>,
+    drain_timeout: Duration,
+    metrics: ElectorMetrics,
+    shared: Arc<Shared>,
+    end: CancellationToken,
+    changes: watch::Receiver<Option<String>>,
+    candidate: Option<CandidateTask>,
+    observed: Observed,
+    terms: u64,
+    fatal: Option<Error>,
+}
+
+/// What a leader's check of the Lease found.
+enum Check {
+    /// Still the holder; renewed if a renewal was due and succeeded.
+    Holding,
+    /// The Lease asks to hand over.
+    Preempted(String),
+    /// Someone else holds it, or it is gone.
+    Lost,
+}
+
+impl Runner {
+    fn config(&self) -> &LeaseConfig {
+        self.lock.config()
+    }
+
+    fn identity(&self) -> &str {
+        &self.lock.config().identity
+    }
+
+    fn publish_holder(&self, record: Option<&LeaseRecord>) {
+        let holder = record.and_then(LeaseRecord::holder).map(str::to_owned);
+        self.shared.leader.send_if_modified(|current| {
+            let changed = *current != holder;
+            *current = holder;
+            changed
+        });
+    }
+
+    /// Waits for the next poll: a Lease change, the retry period, or the end.
+    async fn pause(&mut self) {
+        let retry = self.config().retry_period;
+        tokio::select! {
+            () = self.end.cancelled() => {}
+            () = changed(&mut self.changes) => {}
+            () = tokio::time::sleep(retry) => {}
+        }
+    }
+
+    /// Follows until this instance holds the Lease (returns how) or the end (returns `None`).
+    async fn follow(&mut self) -> Option<Won> {
+        self.shared.state.send_replace(LeaderState::Following);
+        self.metrics
+            .set_leader(&self.config().key(), self.identity(), false);
+        let mut free_since: Option<Instant> = None;
+        loop {
+            if self.end.is_cancelled() {
+                return None;
+            }
+            let deadline = self.config().renew_deadline;
+            let lease = match tokio::time::timeout(deadline, self.lock.get()).await {
+                Ok(Ok(lease)) => lease,
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed");
+                    self.pause().await;
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %self.config().key(), "reading the Lease timed out");
+                    continue;
+                }
+            };
+            self.shared.running.send_replace(true);
+            let now = Instant::now();
+            self.observed.observe(lease.as_ref(), now);
+            let attempt = match &lease {
+                None => {
+                    self.publish_holder(None);
+                    if self.may_take(&mut free_since, now) {
+                        self.try_create().await
+                    } else {
+                        None
+                    }
+                }
+                Some(lease) => {
+                    let record = lease_record(lease);
+                    self.publish_holder(Some(&record));
+                    self.consider(lease, &record, &mut free_since, now).await
+                }
+            };
+            match attempt {
+                Some(Attempt::Won(won)) => return Some(won),
+                Some(Attempt::Retry) => continue,
+                None => self.pause().await,
+            }
+        }
+    }
+
+    fn may_take(&self, free_since: &mut Option<Instant>, now: Instant) -> bool {
+        match self.take {
+            Take::Always => true,
+            Take::Never => false,
+            Take::After(after) => now.duration_since(*free_since.get_or_insert(now)) >= after,
+        }
+    }
+
+    /// Looks at an existing Lease as a follower: lead if it names us, take it if allowed.
+    async fn consider(
+        &mut self,
+        lease: &Lease,
+        record: &LeaseRecord,
+        free_since: &mut Option<Instant>,
+        now: Instant,
+    ) -> Option<Attempt> {
+        let fresh = self.observed.fresh(record, now);
+        if record.holder() == Some(self.identity()) && fresh {
+            if let Some(preferred) = record.preferred().filter(|p| *p != self.identity()) {
+                // Named holder while another is preferred (e.g. after a restart): nothing runs,
+                // so hand over at once.
+                tracing::info!(lease = %self.config().key(), preferred, "holder but pre-empted before leading; releasing");
+                return match self.lock.release(lease, wall_now()).await {
+                    Ok(Write::Conflict) => Some(Attempt::Retry),
+                    Ok(Write::Done(_)) => None,
+                    Err(error) => {
+                        tracing::warn!(%error, "releasing failed");
+                        None
+                    }
+                };
+            }
+            let observed_at = wall_now();
+            return self.write_holder(lease, observed_at).await;
+        }
+        if record.holder().is_some() && fresh {
+            *free_since = None;
+            return None;
+        }
+        if self.may_take(free_since, now) {
+            return self.write_holder(lease, wall_now()).await;
+        }
+        None
+    }
+
+    async fn write_holder(&self, lease: &Lease, observed_at: Timestamp) -> Option<Attempt> {
+        let sent = Instant::now();
+        match tokio::time::timeout(
+            self.config().renew_deadline,
+            self.lock.write_holder(lease, wall_now()),
+        )
+        .await
+        {
+            Ok(Ok(Write::Done(lease))) => Some(Attempt::Won(Won {
+                lease,
+                observed_at,
+                renewed_at: sent,
+            })),
+            Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %self.config().key(), %error, "writing the Lease failed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    async fn try_create(&self) -> Option<Attempt> {
+        let observed_at = wall_now();
+        let sent = Instant::now();
+        let create = self.lock.create(self.strategy.clone(), observed_at);
+        match tokio::time::timeout(self.config().renew_deadline, create).await {
+            Ok(Ok(Write::Done(lease))) => Some(Attempt::Won(Won {
+                lease,
+                observed_at,
+                renewed_at: sent,
+            })),
+            Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %self.config().key(), %error, "creating the Lease failed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Leads one term, then ends it (gracefully unless the Lease was lost).
+    async fn lead<F, Fut>(&mut self, won: Won, lead: &mut F)
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.terms += 1;
+        let number = self.terms;
+        let key = self.config().key();
+        let record = lease_record(&won.lease);
+        let term = Term::new(
+            number,
+            TermLease {
+                namespace: self.config().namespace.clone(),
+                name: self.config().name.clone(),
+                identity: self.identity().to_owned(),
+                strategy: record.strategy.clone(),
+                lease_transitions: record.lease_transitions,
+                acquire_time: record.acquire_time,
+                observed_at: won.observed_at,
+            },
+        );
+        self.observed.observe(Some(&won.lease), Instant::now());
+        self.publish_holder(Some(&record));
+        self.metrics.term_started(&key, self.identity());
+        self.metrics.set_leader(&key, self.identity(), true);
+        self.shared
+            .state
+            .send_replace(LeaderState::Leading { term: number });
+        tracing::info!(lease = %key, identity = self.identity(), term = number, "started leading");
+        self.shared.emit(Transition::Leading {
+            term: number,
+            at: wall_now(),
+            observed_at: won.observed_at,
+        });
+        term.spawn(lead(term.clone()));
+
+        let mut lease = *won.lease;
+        let mut renewed_at = won.renewed_at;
+        let mut next_renewal = renewed_at + self.config().retry_period;
+        let reason = loop {
+            let deadline = renewed_at + self.config().renew_deadline;
+            let renew_due = tokio::select! {
+                biased;
+                () = self.end.cancelled() => break StopReason::Shutdown,
+                () = tokio::time::sleep_until(deadline) => break StopReason::LeaseLost,
+                () = tokio::time::sleep_until(next_renewal) => true,
+                () = changed_from(&mut self.changes, lease.metadata.resource_version.clone()) => false,
+            };
+            if renew_due {
+                next_renewal = Instant::now() + self.config().retry_period;
+            }
+            match self
+                .check(&mut lease, &mut renewed_at, renew_due, true)
+                .await
+            {
+                Check::Holding => {}
+                Check::Preempted(preferred_holder) => {
+                    break StopReason::Preempted { preferred_holder };
+                }
+                Check::Lost => break StopReason::LeaseLost,
+            }
+        };
+        let lost = reason == StopReason::LeaseLost;
+        if lost {
+            tracing::warn!(lease = %key, term = number, "lease lost; cancelling the term at once");
+        } else {
+            tracing::info!(lease = %key, term = number, reason = reason.label(), "ending the term gracefully");
+        }
+        if reason == StopReason::Shutdown
+            && let Some(candidate) = &self.candidate
+        {
+            // Leave the election while draining, so no controller elects this instance again.
+            candidate.stop.cancel();
+        }
+        self.shared
+            .state
+            .send_replace(LeaderState::Draining { term: number });
+        term.stop();
+        let (still_held, leaked, stopped) = self
+            .drain(&term, &mut lease, &mut renewed_at, lost, next_renewal)
+            .await;
+        let stopped_at = wall_now();
+        if leaked > 0 {
+            tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, "term tasks still running after the drain timeout; aborted");
+            self.metrics
+                .tasks_leaked(&key, self.identity(), leaked as u64);
+        }
+        self.metrics.set_leader(&key, self.identity(), false);
+        let shutdown = reason == StopReason::Shutdown;
+        self.shared.emit(Transition::StoppedLeading {
+            term: number,
+            at: stopped_at,
+            reason,
+            leaked_tasks: leaked,
+        });
+        drop(term);
+        if shutdown {
+            self.stop_candidate().await;
+        }
+        if still_held && stopped {
+            if self.release().await {
+                self.shared.emit(Transition::Released {
+                    term: number,
+                    at: wall_now(),
+                });
+            }
+        } else if !stopped {
+            tracing::error!(lease = %key, term = number, "aborted tasks did not stop; not releasing (the Lease will expire)");
+        }
+        self.shared.state.send_replace(LeaderState::Following);
+    }
+
+    /// Waits for the term's tasks, renewing the Lease meanwhile (unless it was lost), bounded by
+    /// the drain timeout, and when the Lease is lost by the time anyone could consider it
+    /// expired. Returns (still held, leaked tasks, all stopped).
+    async fn drain(
+        &mut self,
+        term: &Term,
+        lease: &mut Lease,
+        renewed_at: &mut Instant,
+        mut lost: bool,
+        mut next_renewal: Instant,
+    ) -> (bool, usize, bool) {
+        let started = Instant::now();
+        let drained = term.drained();
+        tokio::pin!(drained);
+        let finished = loop {
+            let expiry = *renewed_at + self.config().lease_duration;
+            let mut until = started + self.drain_timeout;
+            if lost {
+                until = until.min(expiry);
+            }
+            let deadline = *renewed_at + self.config().renew_deadline;
+            tokio::select! {
+                biased;
+                () = &mut drained => break true,
+                () = tokio::time::sleep_until(until) => break false,
+                () = tokio::time::sleep_until(deadline), if !lost => {
+                    tracing::warn!(lease = %self.config().key(), "renew deadline passed while draining; the Lease counts as lost");
+                    lost = true;
+                }
+                () = tokio::time::sleep_until(next_renewal), if !lost => {
+                    next_renewal = Instant::now() + self.config().retry_period;
+                    if matches!(self.check(lease, renewed_at, true, false).await, Check::Lost) {
+                        lost = true;
+                    }
+                }
+            }
+        };
+        if finished {
+            return (!lost, 0, true);
+        }
+        let leaked = term.abort_running();
+        let stopped = tokio::time::timeout(ABORT_GRACE, term.drained())
+            .await
+            .is_ok();
+        (!lost, leaked, stopped)
+    }
+
+    /// Reads the Lease and renews it if due. With `watch_preemption`, a `preferredHolder` naming
+    /// someone else ends the term.
+    async fn check(
+        &mut self,
+        lease: &mut Lease,
+        renewed_at: &mut Instant,
+        renew_due: bool,
+        watch_preemption: bool,
+    ) -> Check {
+        for _ in 0..3 {
+            let deadline = *renewed_at + self.config().renew_deadline;
+            let current = match tokio::time::timeout_at(deadline, self.lock.get()).await {
+                Ok(Ok(Some(current))) => current,
+                Ok(Ok(None)) => return Check::Lost,
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed while leading");
+                    return Check::Holding;
+                }
+                Err(_) => return Check::Holding,
+            };
+            let record = lease_record(&current);
+            self.observed.observe(Some(&current), Instant::now());
+            self.publish_holder(Some(&record));
+            if record.holder() != Some(self.identity()) {
+                return Check::Lost;
+            }
+            if watch_preemption
+                && let Some(preferred) = record.preferred().filter(|p| *p != self.identity())
+            {
+                *lease = current;
+                return Check::Preempted(preferred.to_owned());
+            }
+            if !renew_due {
+                *lease = current;
+                return Check::Holding;
+            }
+            let sent = Instant::now();
+            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, wall_now()))
+                .await
+            {
+                Ok(Ok(Write::Done(stored))) => {
+                    *renewed_at = sent;
+                    self.observed.observe(Some(&stored), Instant::now());
+                    *lease = *stored;
+                    return Check::Holding;
+                }
+                // Someone wrote meanwhile (the controller, setting preferredHolder?): look again.
+                Ok(Ok(Write::Conflict)) => continue,
+                Ok(Err(error)) => {
+                    tracing::warn!(lease = %self.config().key(), %error, "renewing the Lease failed");
+                    return Check::Holding;
+                }
+                Err(_) => return Check::Holding,
+            }
+        }
+        Check::Holding
+    }
+
+    /// Releases the Lease if this instance still holds it. Bounded by the renew deadline.
+    async fn release(&mut self) -> bool {
+        let key = self.config().key();
+        let deadline = Instant::now() + self.config().renew_deadline;
+        let attempt = async {
+            loop {
+                let Some(current) = self.lock.get().await? else {
+                    return Ok(false);
+                };
+                if lease_record(&current).holder() != Some(self.identity()) {
+                    return Ok(false);
+                }
+                match self.lock.release(&current, wall_now()).await? {
+                    Write::Done(stored) => {
+                        self.observed.observe(Some(&stored), Instant::now());
+                        return Ok::<bool, Error>(true);
+                    }
+                    Write::Conflict => continue,
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(released)) => {
+                if released {
+                    self.publish_holder(None);
+                    tracing::info!(lease = %key, "released the Lease");
+                }
+                released
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %key, %error, "releasing the Lease failed; it will expire");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(lease = %key, "releasing the Lease timed out; it will expire");
+                false
+            }
+        }
+    }
+
+    /// Stops the LeaseCandidate and waits until it is deleted (once); keeps a fatal candidate
+    /// error for [`Elector::run`] to return.
+    async fn stop_candidate(&mut self) {
+        let Some(candidate) = self.candidate.as_mut() else {
+            return;
+        };
+        candidate.stop.cancel();
+        let Some(task) = candidate.task.take() else {
+            return;
+        };
+        match tokio::time::timeout(self.lock.config().renew_deadline, task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => self.fatal = Some(error),
+            Ok(Err(join)) => tracing::error!(error = %join, "LeaseCandidate task failed"),
+            Err(_) => tracing::warn!(
+                "deleting the LeaseCandidate timed out; the controller will collect it"
+            ),
+        }
+    }
+}
+
+/// What a follower's attempt to lead produced.
+enum Attempt {
+    /// This instance holds the Lease now.
+    Won(Won),
+    /// A write lost a race; read again at once.
+    Retry,
+}
+
+/// Resolves on the next change (pending forever once the watcher is gone).
+async fn changed(changes: &mut watch::Receiver<Option<String>>) {
+    if changes.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves when the watched resourceVersion differs from `known` (this instance's own write).
+async fn changed_from(changes: &mut watch::Receiver<Option<String>>, known: Option<String>) {
+    loop {
+        changed(changes).await;
+        if *changes.borrow_and_update() != known {
+            return;
+        }
+    }
+}
+
+/// Watches the Lease and publishes its resourceVersion, so followers and leaders react to
+/// changes at once instead of at the next poll. Decisions always re-read the Lease.
+async fn watch_lease(
+    api: Api<Lease>,
+    name: String,
+    changes: watch::Sender<Option<String>>,
+    stop: CancellationToken,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(api, config).default_backoff().boxed();
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = events.next() => event,
+        };
+        let version = match event {
+            Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
+                lease.metadata.resource_version
+            }
+            Some(Ok(watcher::Event::Delete(_))) => None,
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => {
+                tracing::debug!(lease = %name, %error, "Lease watch error");
+                continue;
+            }
+            None => return,
+        };
+        changes.send_if_modified(|current| {
+            let changed = *current != version;
+            *current = version;
+            changed
+        });
+    }
+}
