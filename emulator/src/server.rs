@@ -52,10 +52,10 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
 
 fn error_response(e: &ApiError) -> Response {
     let mut resp = json_response(e.code, &e.to_status());
-    if let Some(secs) = e.retry_after {
-        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
+    if let Some(secs) = e.retry_after
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
 }
@@ -582,10 +582,10 @@ impl Handler<'_> {
     }
 
     fn delete_collection(&self) -> Result<Response, ApiError> {
-        if let Some(ns) = &self.target.namespace {
-            if !self.app.store.namespace_exists(ns) {
-                return Err(ApiError::not_found(&RESOURCES[NAMESPACES], ns));
-            }
+        if let Some(ns) = &self.target.namespace
+            && !self.app.store.namespace_exists(ns)
+        {
+            return Err(ApiError::not_found(&RESOURCES[NAMESPACES], ns));
         }
         let list = self.app.store.delete_collection(
             self.target.res,

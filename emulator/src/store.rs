@@ -120,7 +120,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -317,15 +317,14 @@ impl Store {
                 .get("name")
                 .and_then(Value::as_str)
                 .is_some_and(|n| !n.is_empty());
-            if !has_name {
-                if let Some(prefix) = meta
+            if !has_name
+                && let Some(prefix) = meta
                     .get("generateName")
                     .and_then(Value::as_str)
                     .filter(|p| !p.is_empty())
-                {
-                    let name = format!("{prefix}{}", objects::name_suffix());
-                    meta.insert("name".into(), json!(name));
-                }
+            {
+                let name = format!("{prefix}{}", objects::name_suffix());
+                meta.insert("name".into(), json!(name));
             }
             if info.namespaced {
                 meta.insert("namespace".into(), json!(ns));
@@ -403,10 +402,10 @@ impl Store {
             }
             // uid and creationTimestamp may be echoed back; validation rejects changed values.
             for system in ["uid", "creationTimestamp"] {
-                if !meta.contains_key(system) {
-                    if let Some(v) = old_meta.get(system) {
-                        meta.insert(system.into(), v.clone());
-                    }
+                if !meta.contains_key(system)
+                    && let Some(v) = old_meta.get(system)
+                {
+                    meta.insert(system.into(), v.clone());
                 }
             }
             for system in [

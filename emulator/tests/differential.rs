@@ -112,12 +112,11 @@ fn normalize(v: &mut Value) {
             // Decoding errors quote Go's JSON decoder after the common prefix; keep the prefix.
             if let Some(Value::String(message)) = map.get_mut("message") {
                 *message = mask_uuids(message);
-                if let Some(at) = message.find(" cannot be handled as a ") {
-                    if let Some(colon) = message[at..].find(": ").map(|c| at + c) {
-                        if !message[colon..].starts_with(": no kind") {
-                            message.truncate(colon);
-                        }
-                    }
+                if let Some(at) = message.find(" cannot be handled as a ")
+                    && let Some(colon) = message[at..].find(": ").map(|c| at + c)
+                    && !message[colon..].starts_with(": no kind")
+                {
+                    message.truncate(colon);
                 }
             }
             if let Some(Value::Array(entries)) = map.get_mut("managedFields") {
