@@ -28,7 +28,7 @@
 //! interfaces it never uses, which the host refuses. [`export_strategy!`] supplies what `no_std`
 //! needs on wasm32: a global allocator (dlmalloc), a panic handler that logs the panic and traps,
 //! and the `cabi_realloc` export the component model calls to pass data in.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
 extern crate alloc;
@@ -278,4 +278,57 @@ macro_rules! export_strategy {
             unsafe { $crate::__private::cabi_realloc(old_ptr, old_len, align, new_len) }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn wit_request_converts_field_by_field() {
+        let request = request_from_wit(bindings::ElectionRequest {
+            lease: bindings::Lease {
+                namespace: "ns".into(),
+                name: "lease".into(),
+                holder: Some("a".into()),
+                preferred_holder: None,
+                strategy: "S".into(),
+                expired: true,
+            },
+            now: 42,
+            settings: "{}".into(),
+            candidates: vec![bindings::Candidate {
+                name: "a".into(),
+                binary_version: "1.31.0".into(),
+                emulation_version: "1.30.0".into(),
+                strategy: "S".into(),
+                creation_time: Some(1),
+                renew_time: None,
+                ping_time: Some(3),
+                labels: vec![("k".into(), "v".into())],
+                annotations: Vec::new(),
+            }],
+        });
+        assert_eq!(request.lease.holder.as_deref(), Some("a"));
+        assert!(request.lease.expired);
+        assert_eq!(request.now, Timestamp::from_micros(42));
+        let candidate = &request.candidates[0];
+        assert_eq!(candidate.creation_time, Some(Timestamp::from_micros(1)));
+        assert_eq!(candidate.renew_time, None);
+        assert_eq!(candidate.ping_time, Some(Timestamp::from_micros(3)));
+        assert_eq!(candidate.label("k"), Some("v"));
+        assert_eq!(candidate.emulation_version, "1.30.0");
+    }
+
+    #[test]
+    fn fixed_buffer_cuts_at_a_character_boundary() {
+        use core::fmt::Write;
+        let mut buffer = log::FixedBuffer::<5>::new();
+        write!(buffer, "ab€cd").unwrap();
+        assert_eq!(buffer.as_str(), "ab€");
+        let mut buffer = log::FixedBuffer::<4>::new();
+        write!(buffer, "ab€").unwrap();
+        assert_eq!(buffer.as_str(), "ab");
+    }
 }
