@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -52,6 +52,8 @@ pub struct ControlPlane {
     names: AtomicU64,
     /// Logs of helper processes (schedulers), listed when a test fails.
     extra_logs: Mutex<Vec<PathBuf>>,
+    /// Keep the run directory on drop even without a panic.
+    keep_dir: AtomicBool,
 }
 
 impl ControlPlane {
@@ -94,7 +96,27 @@ impl ControlPlane {
         Ok(Some(SharedControlPlane { plane }))
     }
 
+    /// Starts etcd and kube-apiserver, retrying when a port picked as free was taken by someone
+    /// else before the process bound it.
     async fn start_with(binaries: Binaries) -> Result<Self, Error> {
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(binaries.clone()).await {
+                Err(Error::Process { tail, .. })
+                    if attempt < 3 && tail.contains("address already in use") =>
+                {
+                    tracing::warn!(
+                        attempt,
+                        "port taken while starting the control plane; retrying"
+                    );
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_start(binaries: Binaries) -> Result<Self, Error> {
         let dir = new_run_dir()?;
         let pki = Pki::new()?;
         let ca = dir.join("ca.crt");
@@ -138,8 +160,13 @@ impl ControlPlane {
             etcd: Mutex::new(etcd),
             names: AtomicU64::new(0),
             extra_logs: Mutex::new(Vec::new()),
+            keep_dir: AtomicBool::new(false),
         };
-        plane.wait_ready().await?;
+        if let Err(e) = plane.wait_ready().await {
+            // The error names the log file: keep it.
+            plane.keep_run_dir();
+            return Err(e);
+        }
         Ok(plane)
     }
 
@@ -205,6 +232,12 @@ impl ControlPlane {
             .lock()
             .expect("apiserver lock")
             .log_tail(max_bytes)
+    }
+
+    /// Keeps the run directory (logs, certificates, etcd data) when this control plane is
+    /// dropped; by default it is deleted unless the thread is panicking.
+    pub fn keep_run_dir(&self) {
+        self.keep_dir.store(true, Ordering::Relaxed);
     }
 
     /// The apiserver URL, `https://127.0.0.1:<port>`.
@@ -335,7 +368,7 @@ impl Drop for ControlPlane {
         self.etcd.lock().map(|mut p| p.kill()).ok();
         if std::thread::panicking() {
             self.print_logs();
-        } else {
+        } else if !self.keep_dir.load(Ordering::Relaxed) {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
