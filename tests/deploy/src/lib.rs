@@ -351,3 +351,50 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }
+
+/// The Grafana dashboard for the controller's metrics.
+pub fn dashboard_path() -> PathBuf {
+    repo_root().join("deploy/grafana/conclave-dashboard.json")
+}
+
+/// The metric families (`conclave_...`, without the `_total`, `_bucket`, `_sum` or `_count`
+/// suffixes a Prometheus exposition adds) that the dashboard's queries use.
+pub fn dashboard_metric_families(
+    dashboard: &serde_json::Value,
+) -> std::collections::BTreeSet<String> {
+    let mut families = std::collections::BTreeSet::new();
+    let mut exprs = Vec::new();
+    collect_exprs(dashboard, &mut exprs);
+    for expr in exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("conclave_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let family = ["_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name);
+            families.insert(family.to_owned());
+            rest = &tail[end..];
+        }
+    }
+    families
+}
+
+fn collect_exprs(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match v {
+                    serde_json::Value::String(s) if key == "expr" => out.push(s.clone()),
+                    other => collect_exprs(other, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_exprs(v, out)),
+        _ => {}
+    }
+}

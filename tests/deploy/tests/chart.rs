@@ -256,3 +256,54 @@ fn real_sha256_of(data: &str) -> String {
         .expect("sha256sum prints a digest")
         .to_owned()
 }
+
+/// The Grafana dashboard is valid JSON, and every panel queries the controller's metrics.
+#[test]
+fn grafana_dashboard_queries_conclave_metrics_in_every_panel() {
+    let text = std::fs::read_to_string(conclave_deploy_tests::dashboard_path())
+        .expect("reading deploy/grafana/conclave-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "conclave-controller");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    for panel in panels {
+        assert!(
+            ids.insert(panel["id"].as_i64().expect("panel id")),
+            "duplicate id: {panel}"
+        );
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(
+            !targets.is_empty(),
+            "panel without queries: {}",
+            panel["title"]
+        );
+        for target in targets {
+            let expr = target["expr"].as_str().expect("expr");
+            assert!(expr.contains("conclave_"), "{}: {expr}", panel["title"]);
+        }
+    }
+    let families = conclave_deploy_tests::dashboard_metric_families(&dashboard);
+    // The list: elections, latency, pre-emptions, pings, plugin latency and errors,
+    // managed Leases and candidates, GC deletions, conflicts.
+    for family in [
+        "conclave_elections",
+        "conclave_election_latency_seconds",
+        "conclave_preemptions",
+        "conclave_pings_sent",
+        "conclave_pings_acked",
+        "conclave_plugin_call_seconds",
+        "conclave_plugin_errors",
+        "conclave_managed_leases",
+        "conclave_candidates",
+        "conclave_gc_deletions",
+        "conclave_strategy_conflicts",
+    ] {
+        assert!(
+            families.contains(family),
+            "no panel for {family}: {families:?}"
+        );
+    }
+}

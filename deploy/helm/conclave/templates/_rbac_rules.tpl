@@ -4,8 +4,9 @@ The rules for managing coordinated Leases, exactly what `conclave run` does and 
   holder/preferredHolder with resourceVersion-checked updates. Never delete.
 - LeaseCandidates: watch them, ping (update of spec.pingTime), garbage-collect stale ones
   (delete, after a fresh get). Never create: candidates register themselves.
-- Events (events.k8s.io and core): Elected, Preempted, StrategyConflict, PluginError on Leases;
-  patch bumps the count of a repeated event.
+- Events (events.k8s.io/v1, through kube-runtime's Recorder): Elected, Preempted,
+  StrategyConflict, PluginError on Leases; patch bumps the series count of a repeated event.
+  Core (v1) Events are not used, so not granted.
 Nothing else: no Secrets, ConfigMaps, Pods or Namespaces.
 */}}
 {{- define "conclave.managedLeaseRules" -}}
@@ -16,9 +17,6 @@ Nothing else: no Secrets, ConfigMaps, Pods or Namespaces.
   resources: ["leasecandidates"]
   verbs: ["get", "list", "watch", "update", "delete"]
 - apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end -}}
