@@ -1,0 +1,551 @@
+//! Coordinated mode on the emulator, with the election controller's writes simulated: the
+//! LeaseCandidate lifecycle, leading only when named, graceful hand-off, lease loss, leaks,
+//! fallback.
+
+mod common;
+
+use common::*;
+use conclave_candidate::{Candidate, Elector, Error, LeaderState, StopReason, Term, Transition};
+use conclave_core::k8s::timestamp;
+use conclave_emulator::{Failure, Verb};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn candidate_registers_answers_pings_and_is_deleted_on_shutdown() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let mut config = candidate_config("1.32.0");
+    config
+        .labels
+        .insert("topology.kubernetes.io/zone".into(), "a".into());
+    let candidate = Candidate::new(client.clone(), lease_config("cand", "node_1"), config).unwrap();
+    let handle = candidate.handle();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(candidate.run(shutdown.clone()));
+    let api = candidates(&client);
+    let object = wait_for("the candidate to be created", || async {
+        api.get_opt("node_1").await.unwrap()
+    })
+    .await;
+    let spec = object.spec.clone().unwrap();
+    assert_eq!(spec.lease_name, "cand");
+    assert_eq!(spec.binary_version, "1.33.0");
+    assert_eq!(spec.emulation_version.as_deref(), Some("1.32.0"));
+    assert_eq!(spec.strategy, STRATEGY);
+    assert!(spec.renew_time.is_some());
+    assert_eq!(
+        object.metadata.labels.unwrap()["topology.kubernetes.io/zone"],
+        "a"
+    );
+    wait_for("registered", || async {
+        handle.is_registered().then_some(())
+    })
+    .await;
+
+    // The controller pings: pingTime later than renewTime. The candidate must answer at once.
+    let mut pinged = api.get("node_1").await.unwrap();
+    let ping = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+    pinged.spec.as_mut().unwrap().ping_time = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(ping),
+    );
+    api.replace("node_1", &Default::default(), &pinged)
+        .await
+        .unwrap();
+    wait_for("the ping to be answered", || async {
+        let spec = api.get("node_1").await.unwrap().spec.unwrap();
+        let renew = spec.renew_time.map(|t| timestamp(t.0));
+        (renew >= Some(timestamp(ping))).then_some(())
+    })
+    .await;
+    let spec = api.get("node_1").await.unwrap().spec.unwrap();
+    assert_eq!(
+        spec.ping_time.map(|t| timestamp(t.0)),
+        Some(timestamp(ping)),
+        "pingTime is the controller's: kept"
+    );
+
+    // Deleted by someone (e.g. garbage collection while partitioned): recreated.
+    api.delete("node_1", &Default::default()).await.unwrap();
+    wait_for("the candidate to be recreated", || async {
+        api.get_opt("node_1").await.unwrap()
+    })
+    .await;
+
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert!(
+        api.get_opt("node_1").await.unwrap().is_none(),
+        "deleted on graceful shutdown"
+    );
+    assert!(!handle.is_registered());
+}
+
+#[tokio::test]
+async fn candidate_renews_on_its_interval() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let mut config = candidate_config("1.32.0");
+    config.renew_interval = Duration::from_millis(200);
+    let candidate = Candidate::new(client.clone(), lease_config("cand", "n"), config).unwrap();
+    let mut renewals = candidate.handle().renewals();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(candidate.run(shutdown.clone()));
+    tokio::time::timeout(WAIT, renewals.wait_for(|n| *n >= 4))
+        .await
+        .unwrap()
+        .unwrap();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_request() {
+    // No server at all: validation must not need one.
+    let client =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let bad = Elector::coordinated(
+        client.clone(),
+        lease_config("l", "a"),
+        candidate_config("1.34.0"),
+    );
+    match bad {
+        Err(Error::InvalidCandidate { message, errors }) => {
+            assert!(
+                errors.iter().any(|e| e.path == "spec.binaryVersion"),
+                "{message}"
+            );
+            assert!(message.contains("\"a\""), "{message}");
+        }
+        other => panic!("expected InvalidCandidate, got {other:?}"),
+    }
+    let mut timers = lease_config("l", "a");
+    timers.renew_deadline = timers.lease_duration;
+    assert!(matches!(
+        Elector::classic(client, timers),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[tokio::test]
+async fn an_existing_candidate_for_another_lease_is_a_clear_error() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let first = Candidate::new(
+        client.clone(),
+        lease_config("one", "same"),
+        candidate_config("1.32.0"),
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(first.run(stop.clone()));
+    wait_for("first candidate", || async {
+        candidates(&client).get_opt("same").await.unwrap()
+    })
+    .await;
+    let elector = Elector::coordinated(
+        client.clone(),
+        lease_config("two", "same"),
+        candidate_config("1.32.0"),
+    )
+    .unwrap();
+    let result = tokio::time::timeout(
+        WAIT,
+        elector.run(|_term: Term| async {}, CancellationToken::new()),
+    )
+    .await
+    .expect("run ends on a fatal candidate error");
+    assert!(
+        matches!(result, Err(Error::CandidateForOtherLease { .. })),
+        "{result:?}"
+    );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn coordinated_never_acquires_and_leads_once_named() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let a = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("coord", "a"),
+            candidate_config("1.32.0"),
+        )
+        .unwrap(),
+        idle_leader(),
+    );
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    // Several follower polls later nothing was created.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        leases(&client).get_opt("coord").await.unwrap().is_none(),
+        "a coordinated candidate never creates the Lease"
+    );
+    // An expired Lease naming someone else is not taken either.
+    modify(&client, "coord", |spec| {
+        spec.holder_identity = Some("dead".into());
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now_micro());
+        spec.strategy = Some(STRATEGY.into());
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        get_spec(&client, "coord")
+            .await
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("dead")
+    );
+    assert_eq!(*a.handle.leader_state().borrow(), LeaderState::Following);
+
+    assign(&client, "coord", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        s == LeaderState::Leading { term: 1 }
+    })
+    .await;
+    // Renewed with its own duration, strategy kept.
+    wait_for("a renews", || async {
+        let spec = get_spec(&client, "coord").await.unwrap();
+        (spec.lease_duration_seconds == Some(6)).then_some(())
+    })
+    .await;
+    let spec = get_spec(&client, "coord").await.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(spec.strategy.as_deref(), Some(STRATEGY));
+    a.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn preemption_drains_then_releases_then_the_new_leader_starts() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let released_before_drained = Arc::new(AtomicBool::new(false));
+    let flag = released_before_drained.clone();
+    let checker = client.clone();
+    let state_dropped: Arc<Mutex<Vec<std::sync::Weak<Vec<u8>>>>> = Arc::default();
+    let dropped = state_dropped.clone();
+    let a = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("handoff", "a"),
+            candidate_config("1.31.0"),
+        )
+        .unwrap(),
+        move |term: Term| {
+            let flag = flag.clone();
+            let checker = checker.clone();
+            // Per-term state: must be gone once the term ended.
+            let state = Arc::new(vec![0u8; 1024]);
+            dropped.lock().unwrap().push(Arc::downgrade(&state));
+            async move {
+                for _ in 0..3 {
+                    let worker = term.clone();
+                    let (flag, checker, state) = (flag.clone(), checker.clone(), state.clone());
+                    term.spawn(async move {
+                        worker.cancelled().await;
+                        // Slow to stop; the Lease must still be held meanwhile.
+                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        let spec = get_spec(&checker, "handoff").await.unwrap();
+                        if spec.holder_identity.as_deref() != Some("a") {
+                            flag.store(true, Ordering::SeqCst);
+                        }
+                        drop(state);
+                    });
+                }
+            }
+        },
+    );
+    let b = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("handoff", "b"),
+            candidate_config("1.30.0"),
+        )
+        .unwrap(),
+        idle_leader(),
+    );
+    let mut a_events = a.handle.transitions();
+    let mut b_events = b.handle.transitions();
+    wait_for("both registered", || async {
+        (a.handle.is_ready() && b.handle.is_ready()).then_some(())
+    })
+    .await;
+    assign(&client, "handoff", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+
+    // The controller prefers b.
+    preempt(&client, "handoff", "b").await;
+    let stopped = next_transition(&mut a_events, "a stops", |t| {
+        matches!(t, Transition::StoppedLeading { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            &stopped,
+            Transition::StoppedLeading { reason: StopReason::Preempted { preferred_holder }, leaked_tasks: 0, .. } if preferred_holder == "b"
+        ),
+        "{stopped:?}"
+    );
+    let released = next_transition(&mut a_events, "a releases", |t| {
+        matches!(t, Transition::Released { .. })
+    })
+    .await;
+    assert!(
+        !released_before_drained.load(Ordering::SeqCst),
+        "released while tasks were still running"
+    );
+    assert!(
+        state_dropped
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|w| w.upgrade().is_none()),
+        "per-term state dropped"
+    );
+    let spec = get_spec(&client, "handoff").await.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(""));
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    assert_eq!(spec.strategy.as_deref(), Some(STRATEGY));
+    assert_eq!(spec.preferred_holder, None);
+    next_transition(&mut a_events, "a follows", |t| {
+        matches!(t, Transition::Following { .. })
+    })
+    .await;
+    assert!(!a.task.is_finished(), "a stays alive as a follower");
+    assert!(a.handle.is_ready(), "a follower is ready");
+
+    // The controller elects b after the release.
+    assign(&client, "handoff", "b").await;
+    let leading = next_transition(&mut b_events, "b leads", |t| {
+        matches!(t, Transition::Leading { .. })
+    })
+    .await;
+    let (
+        Transition::Released {
+            at: released_at, ..
+        },
+        Transition::Leading { observed_at, .. },
+    ) = (&released, &leading)
+    else {
+        unreachable!()
+    };
+    assert!(
+        observed_at > released_at,
+        "b observed itself as holder only after a released"
+    );
+    wait_for("a sees b", || async {
+        (a.handle.leader().borrow().as_deref() == Some("b")).then_some(())
+    })
+    .await;
+
+    // a can lead again later in the same process: term 2.
+    preempt(&client, "handoff", "a").await;
+    next_transition(&mut b_events, "b releases", |t| {
+        matches!(t, Transition::Released { .. })
+    })
+    .await;
+    assign(&client, "handoff", "a").await;
+    wait_state(&a.handle, "a leads term 2", |s| {
+        s == LeaderState::Leading { term: 2 }
+    })
+    .await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn lost_lease_cancels_at_once_and_writes_no_release() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let a = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("lost", "a"),
+            candidate_config("1.31.0"),
+        )
+        .unwrap(),
+        idle_leader(),
+    );
+    let mut events = a.handle.transitions();
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&client, "lost", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    // Every renewal fails from now on.
+    emulator
+        .faults()
+        .fail_next(Verb::Update, "leases", usize::MAX, Failure::InternalError);
+    let stopped = next_transition(&mut events, "a loses the lease", |t| {
+        matches!(t, Transition::StoppedLeading { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            stopped,
+            Transition::StoppedLeading {
+                reason: StopReason::LeaseLost,
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+    let next = next_transition(&mut events, "a follows", |_| true).await;
+    assert!(
+        matches!(next, Transition::Following { .. }),
+        "no release after a lost lease: {next:?}"
+    );
+    emulator.faults().clear();
+    assert_eq!(
+        get_spec(&client, "lost")
+            .await
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("a")
+    );
+    a.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn tasks_alive_past_the_drain_timeout_are_reported_and_aborted() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let elector = Elector::coordinated(
+        common::client(&emulator),
+        lease_config("leak", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .with_drain_timeout(Duration::from_millis(300));
+    let a = Running::start(elector, |term: Term| async move {
+        // Ignores cancellation.
+        term.spawn(std::future::pending::<()>());
+        let worker = term.clone();
+        term.spawn(async move { worker.cancelled().await });
+    });
+    let mut events = a.handle.transitions();
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&client, "leak", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    preempt(&client, "leak", "b").await;
+    let stopped = next_transition(&mut events, "a stops", |t| {
+        matches!(t, Transition::StoppedLeading { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            stopped,
+            Transition::StoppedLeading {
+                leaked_tasks: 1,
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+    assert_eq!(a.handle.metrics().leaked_tasks("default/leak", "a"), 1);
+    // The stubborn task was aborted, so the release still happens.
+    next_transition(&mut events, "a releases", |t| {
+        matches!(t, Transition::Released { .. })
+    })
+    .await;
+    a.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_leaves_the_election_before_releasing() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = order.clone();
+    let checker = client.clone();
+    let a = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("bye", "a"),
+            candidate_config("1.31.0"),
+        )
+        .unwrap(),
+        move |term: Term| {
+            let (log, checker) = (log.clone(), checker.clone());
+            async move {
+                let worker = term.clone();
+                term.spawn(async move {
+                    worker.cancelled().await;
+                    // Wait (while draining) until the candidate is gone, then check the Lease.
+                    wait_for("candidate deleted", || async {
+                        candidates(&checker)
+                            .get_opt("a")
+                            .await
+                            .unwrap()
+                            .is_none()
+                            .then_some(())
+                    })
+                    .await;
+                    let holder = get_spec(&checker, "bye").await.unwrap().holder_identity;
+                    log.lock()
+                        .unwrap()
+                        .push(format!("candidate gone, holder {holder:?}"));
+                });
+            }
+        },
+    );
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&client, "bye", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    a.stop().await.unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["candidate gone, holder Some(\"a\")"]
+    );
+    assert_eq!(
+        get_spec(&client, "bye")
+            .await
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("")
+    );
+}
+
+#[tokio::test]
+async fn fallback_takes_a_free_lease_when_no_controller_assigns_one() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let elector = Elector::coordinated(
+        common::client(&emulator),
+        lease_config("fallback", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .with_fallback_after(Duration::from_secs(2));
+    let a = Running::start(elector, idle_leader());
+    wait_state(&a.handle, "a takes the lease itself", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    let spec = get_spec(&client, "fallback").await.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(
+        spec.strategy.as_deref(),
+        Some(STRATEGY),
+        "created with the candidate's strategy"
+    );
+    a.stop().await.unwrap();
+}
