@@ -39,6 +39,8 @@ impl Binaries {
                 .join(KUBERNETES_VERSION)
                 .join("bin"),
         };
+        // Canonical paths read better in logs and process listings.
+        let dir = dir.canonicalize().unwrap_or(dir);
         let bins = Self { dir };
         for name in REQUIRED {
             let path = bins.path(name);
