@@ -19,10 +19,19 @@ echo "== strategy plugins (wasm32-wasip2)"
 (cd strategies && cargo build --target wasm32-wasip2 --release)
 
 echo "== strategy vectors"
+# tests/vectors/NAME.json holds the vectors of the plugin crate strategies/NAME; each runs against
+# the component just built from that crate (beta plugins are not built in, so they are tested as
+# the .wasm files operators load with --plugins DIR).
 cargo build -p conclave
+plugins=target/wasm/wasm32-wasip2/release
 for vectors in tests/vectors/*.json; do
   plugin=$(basename "$vectors" .json)
-  ./target/debug/conclave strategy test "$plugin" --vectors "$vectors"
+  wasm="$plugins/${plugin//-/_}.wasm"
+  if [ ! -f "$wasm" ]; then
+    echo "no component $wasm for $vectors: is strategies/$plugin a member of strategies/Cargo.toml?" >&2
+    exit 1
+  fi
+  ./target/debug/conclave strategy test "$wasm" --vectors "$vectors"
 done
 
 echo "== workspace tests"

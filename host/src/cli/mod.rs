@@ -1,4 +1,5 @@
 //! Command-line subcommands of the `conclave` binary.
 
+pub mod scaffold;
 pub mod strategy;
 pub mod run;
