@@ -464,10 +464,135 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// One `conclave run` process acting with a ServiceAccount kubeconfig.
+struct Replica {
+    identity: String,
+    process: std::sync::Mutex<ManagedProcess>,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(
+        plane: &ControlPlane,
+        conclave: &Path,
+        kubeconfig: &Path,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
+        let port = free_port();
+        let log = plane.dir().join(format!("{identity}.log"));
+        let mut args: Vec<String> = [
+            "run",
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "--identity",
+            identity,
+            "--controller-namespace",
+            RELEASE_NAMESPACE,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--log-format=text",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let process = ManagedProcess::spawn(identity, conclave, &args, &log)
+            .unwrap_or_else(|e| panic!("starting {identity}: {e}"));
+        Self {
+            identity: identity.to_owned(),
+            process: std::sync::Mutex::new(process),
+            port,
+            log,
+        }
+    }
+
+    fn tail(&self) -> String {
+        format!(
+            "--- {} log\n{}",
+            self.identity,
+            self.process.lock().expect("process lock").log_tail(6000)
+        )
+    }
+
+    fn assert_running(&self) {
+        let exited = self.process.lock().expect("process lock").exit_status();
+        if let Some(status) = exited {
+            panic!("{} exited with {status}:\n{}", self.identity, self.tail());
+        }
+    }
+
+    /// Nothing it tried was refused: the RBAC covers everything it does.
+    fn assert_never_forbidden(&self) {
+        let text = std::fs::read_to_string(&self.log).expect("reading a conclave log");
+        assert!(
+            !text.to_lowercase().contains("forbidden"),
+            "the API server refused {} something:\n{text}",
+            self.identity
+        );
+    }
+
+    fn stop(&self) {
+        self.process.lock().expect("process lock").terminate();
+    }
+}
+
+fn tails(replicas: &[&Replica]) -> String {
+    replicas
+        .iter()
+        .map(|r| r.tail())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Registers candidates `(name, emulation version)` for `lease` that answer pings.
+async fn register(
+    admin: &Client,
+    ns: &str,
+    lease: &str,
+    candidates: &[(&str, &str)],
+) -> Vec<CandidateResponder> {
+    let mut responders = Vec::new();
+    for (name, emulation) in candidates {
+        let candidate = lease_candidate(
+            ns,
+            name,
+            lease,
+            "1.37.2",
+            Some(emulation),
+            "OldestEmulationVersion",
+        );
+        responders.push(
+            CandidateResponder::register(admin.clone(), candidate)
+                .await
+                .expect("registering a candidate"),
+        );
+    }
+    responders
+}
+
+/// Waits until the Lease `ns/lease` has a holder, failing early if a replica exits.
+async fn elected_holder(admin: &Client, ns: &str, lease: &str, replicas: &[&Replica]) -> String {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), ns);
+    let lease = wait_for("conclave to elect a holder", ELECTION_TIMEOUT, || async {
+        replicas.iter().for_each(|r| r.assert_running());
+        Ok(leases
+            .get_opt(lease)
+            .await?
+            .filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some())))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", tails(replicas)));
+    let spec = lease.spec.expect("spec");
+    assert_eq!(spec.strategy.as_deref(), Some("OldestEmulationVersion"));
+    spec.holder_identity.expect("a holder")
+}
+
 /// The controller, running as the chart's ServiceAccount with nothing but the chart's RBAC (a
-/// TokenRequest token in its kubeconfig), takes its own HA Lease, elects the best candidate of a
-/// Lease, records an Event, pre-empts the holder when a better candidate arrives, and is never
-/// refused by the API server on the way.
+/// TokenRequest token in its kubeconfig), two replicas as the chart deploys it: one takes the HA
+/// Lease, it elects the best candidate of a Lease, records an Event, pre-empts the holder when a
+/// better candidate arrives, serves its probes and metrics, and is never refused by the API
+/// server on the way.
 #[tokio::test(flavor = "multi_thread")]
 async fn controller_elects_with_only_the_chart_rbac() {
     let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
@@ -489,94 +614,41 @@ async fn controller_elects_with_only_the_chart_rbac() {
 
     let ns = plane.namespace("elect").await.expect("namespace");
     let lease_name = "component";
-    let mut responders = Vec::new();
-    for (name, emulation) in [("a", "1.36.0"), ("b", "1.37.0")] {
-        let candidate = lease_candidate(
-            &ns,
-            name,
-            lease_name,
-            "1.37.2",
-            Some(emulation),
-            "OldestEmulationVersion",
-        );
-        responders.push(
-            CandidateResponder::register(admin.clone(), candidate)
-                .await
-                .expect("registering a candidate"),
-        );
-    }
+    let mut responders =
+        register(&admin, &ns, lease_name, &[("a", "1.36.0"), ("b", "1.37.0")]).await;
 
-    let port = free_port();
-    let identity = "conclave-deploy-test-0";
-    let log = plane.dir().join("conclave-run.log");
-    let args: Vec<String> = [
-        "run",
-        "--kubeconfig",
-        &sa_kubeconfig.to_string_lossy(),
-        "--mode=all",
-        "--identity",
-        identity,
-        "--controller-namespace",
-        RELEASE_NAMESPACE,
-        "--metrics-addr",
-        &format!("127.0.0.1:{port}"),
-        "--log-format=text",
-    ]
-    .map(String::from)
-    .to_vec();
-    let controller = std::sync::Mutex::new(
-        ManagedProcess::spawn("conclave run", &conclave, &args, &log).expect("starting conclave"),
+    let first = Replica::start(
+        &plane,
+        &conclave,
+        &sa_kubeconfig,
+        "conclave-0",
+        &["--mode=all"],
     );
-    let log_tail =
-        |p: &std::sync::Mutex<ManagedProcess>| p.lock().expect("process lock").log_tail(6000);
-
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
-    let elected = wait_for("conclave to elect a holder", ELECTION_TIMEOUT, || async {
-        let exited = controller.lock().expect("process lock").exit_status();
-        if let Some(status) = exited {
-            panic!("conclave exited with {status}:\n{}", log_tail(&controller));
-        }
-        Ok(leases
-            .get_opt(lease_name)
-            .await?
-            .filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some())))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nconclave log:\n{}", log_tail(&controller)));
-    let spec = elected.spec.expect("spec");
-    assert_eq!(
-        spec.holder_identity.as_deref(),
-        Some("a"),
-        "oldest emulation version wins"
+    let second = Replica::start(
+        &plane,
+        &conclave,
+        &sa_kubeconfig,
+        "conclave-1",
+        &["--mode=all"],
     );
-    assert_eq!(spec.strategy.as_deref(), Some("OldestEmulationVersion"));
+    let replicas = [&first, &second];
+    let holder = elected_holder(&admin, &ns, lease_name, &replicas).await;
+    assert_eq!(holder, "a", "the oldest emulation version wins");
 
-    // It leads through its own HA Lease in the release namespace.
+    // One replica leads through its own HA Lease in the release namespace.
     let own = Api::<Lease>::namespaced(admin.clone(), RELEASE_NAMESPACE)
         .get(HA_LEASE)
         .await
         .expect("the controller's own Lease");
-    assert_eq!(
-        own.spec.and_then(|s| s.holder_identity).as_deref(),
-        Some(identity)
+    let active = own.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(
+        replicas.iter().any(|r| r.identity == active),
+        "HA Lease holder {active:?}"
     );
 
     // A better candidate (older emulation version) arrives: the holder is pre-empted.
-    responders.push(
-        CandidateResponder::register(
-            admin.clone(),
-            lease_candidate(
-                &ns,
-                "c",
-                lease_name,
-                "1.37.2",
-                Some("1.35.0"),
-                "OldestEmulationVersion",
-            ),
-        )
-        .await
-        .expect("registering candidate c"),
-    );
+    responders.extend(register(&admin, &ns, lease_name, &[("c", "1.35.0")]).await);
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
     wait_for("conclave to pre-empt a for c", ELECTION_TIMEOUT, || async {
         let lease = leases.get(lease_name).await?;
         Ok(lease
@@ -585,7 +657,7 @@ async fn controller_elects_with_only_the_chart_rbac() {
             .filter(|p| p == "c"))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\nconclave log:\n{}", log_tail(&controller)));
+    .unwrap_or_else(|e| panic!("{e}\n{}", tails(&replicas)));
 
     // Its Events reached the API (events.k8s.io create/patch).
     let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
@@ -597,11 +669,32 @@ async fn controller_elects_with_only_the_chart_rbac() {
             .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(lease_name)))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\nconclave log:\n{}", log_tail(&controller)));
+    .unwrap_or_else(|e| panic!("{e}\n{}", tails(&replicas)));
 
-    // Metrics and probes are served.
-    let metrics = http_get(port, "/metrics").await.expect("GET /metrics");
+    // Both replicas serve probes (the follower's caches are warm, so it is ready too).
+    for replica in replicas {
+        assert!(
+            http_get(replica.port, "/healthz").await.is_some(),
+            "{} /healthz",
+            replica.identity
+        );
+        wait_for("the replica to be ready", ELECTION_TIMEOUT, || async {
+            Ok(http_get(replica.port, "/readyz").await)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
+    }
+
+    // Metrics of the active replica.
+    let leader = replicas
+        .iter()
+        .find(|r| r.identity == active)
+        .expect("the active replica");
+    let metrics = http_get(leader.port, "/metrics")
+        .await
+        .expect("GET /metrics");
     assert!(metrics.contains("conclave_elections_total"), "{metrics}");
+    assert!(metrics.contains("conclave_active 1"), "{metrics}");
     // Every metric the Grafana dashboard queries is one the controller exports.
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(conclave_deploy_tests::dashboard_path()).expect("dashboard"),
@@ -621,17 +714,85 @@ async fn controller_elects_with_only_the_chart_rbac() {
             "the dashboard queries {family}, which the controller does not export:\n{metrics}"
         );
     }
-    assert!(http_get(port, "/healthz").await.is_some(), "GET /healthz");
-    assert!(http_get(port, "/readyz").await.is_some(), "GET /readyz");
 
-    // Nothing it tried was refused: the chart's RBAC covers everything it does.
-    let text = std::fs::read_to_string(&log).expect("reading the conclave log");
-    assert!(
-        !text.to_lowercase().contains("forbidden"),
-        "the API server refused the controller something:\n{text}"
-    );
-    controller.lock().expect("process lock").terminate();
+    for replica in replicas {
+        replica.assert_never_forbidden();
+        replica.stop();
+    }
     drop(responders);
+}
+
+/// With `controller.watchNamespaces`, the chart grants Roles in those namespaces instead of a
+/// ClusterRole; the controller, watching only them, still elects, and may not read Leases
+/// anywhere else.
+#[tokio::test(flavor = "multi_thread")]
+async fn controller_elects_with_namespaced_chart_rbac() {
+    let Some(helm) = conclave_deploy_tests::locate_helm().expect("locating helm") else {
+        return;
+    };
+    let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
+        return;
+    };
+    let Some(conclave) = locate_conclave() else {
+        return;
+    };
+    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    let admin = plane.client().await.expect("admin client");
+    let _hold = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("keeping the built-in election controller passive");
+    let ns = plane.namespace("team").await.expect("namespace");
+    let rendered = conclave_deploy_tests::helm_template(
+        &helm,
+        &[
+            "--set",
+            "namespace.create=true",
+            "--set",
+            "controller.mode=all",
+            "--set-string",
+            &format!("controller.watchNamespaces[0]={ns}"),
+        ],
+    )
+    .expect("helm template");
+    rendered.assert_success();
+    kubectl(
+        &kubectl_bin,
+        plane.kubeconfig_path(),
+        &["apply", "-f", "-"],
+        Some(&rendered.stdout),
+    )
+    .assert_success();
+    let sa_kubeconfig = plane.dir().join("conclave-sa.kubeconfig");
+    service_account_kubeconfig(&plane, RELEASE_NAMESPACE, FULL_NAME, &sa_kubeconfig)
+        .await
+        .expect("minting a ServiceAccount token");
+    let sa = client_from_kubeconfig(&sa_kubeconfig)
+        .await
+        .expect("ServiceAccount client");
+    assert!(!may(&sa, &access("list", COORDINATION, "leases", "")).await);
+    assert!(!may(&sa, &access("list", COORDINATION, "leases", "default")).await);
+
+    let _responders = register(
+        &admin,
+        &ns,
+        "component",
+        &[("a", "1.37.0"), ("b", "1.36.0")],
+    )
+    .await;
+    let replica = Replica::start(
+        &plane,
+        &conclave,
+        &sa_kubeconfig,
+        "conclave-0",
+        &["--mode=all", "--namespace", &ns],
+    );
+    let holder = elected_holder(&admin, &ns, "component", &[&replica]).await;
+    assert_eq!(holder, "b", "the oldest emulation version wins");
+    replica.assert_never_forbidden();
+    replica.stop();
 }
 
 /// The chart's other shapes are valid on the server too: plugins from a digest-pinned image
