@@ -34,9 +34,10 @@ pub const FULL_NAME: &str = "conclave";
 pub const HA_LEASE: &str = "conclave-controller";
 
 /// kubectl binaries tried in order when [`KUBECTL_ENV`] is unset. The machine's `/usr/bin/kubectl`
-/// is the Cloud SDK dispatcher, which picks a client by the server's version and has none for a
-/// v1.37 server; the pinned 1.33 client is the newest installed and speaks every API the
-/// manifests use (apps/v1, policy/v1, networking.k8s.io/v1, rbac/v1, core/v1).
+/// is the Cloud SDK dispatcher (v1.32.4-dispatcher), which picks a client by the server's version
+/// at run time; both it and the pinned 1.33 client work against the v1.37.2 test server, and the
+/// pinned client comes first so every run uses the same, newest installed kubectl. It speaks
+/// every API the manifests use (apps/v1, policy/v1, networking.k8s.io/v1, rbac/v1, core/v1).
 const KUBECTL_CANDIDATES: &[&str] = &[
     "/usr/lib/google-cloud-sdk/bin/kubectl.1.33",
     "/usr/local/bin/kubectl",
