@@ -64,9 +64,15 @@ async fn creates_the_lease_for_the_oldest_emulation_version() {
     let _b = candidate(&client, "baz2", "l", "1.20.0", "1.19.0", OEV).await;
     let _c = candidate(&client, "baz3", "l", "1.19.0", "1.19.0", OEV).await;
     let _d = candidate(&client, "baz4", "l", "1.20.0", "1.19.0", OEV).await;
-    let record = wait_lease(&leases, "l", "baz3 to hold l", |r| r.holder() == Some("baz3")).await;
+    let record = wait_lease(&leases, "l", "baz3 to hold l", |r| {
+        r.holder() == Some("baz3")
+    })
+    .await;
     assert_eq!(record.strategy(), Some(OEV));
-    assert!(record.elected_by_conclave, "annotation elected-by: conclave");
+    assert!(
+        record.elected_by_conclave,
+        "annotation elected-by: conclave"
+    );
     assert_eq!(record.lease_duration_seconds, Some(15));
     assert!(record.renew_time.is_some() && record.acquire_time.is_some());
     wait_event(&client, NS, "l", "Elected").await;
@@ -89,7 +95,10 @@ async fn better_candidate_preempts_the_holder_which_steps_down() {
         r.holder() == Some("old")
     })
     .await;
-    assert!(new_holder.releases() >= 1, "new stepped down through a release");
+    assert!(
+        new_holder.releases() >= 1,
+        "new stepped down through a release"
+    );
     // preferredHolder is cleared once the preferred candidate holds the Lease.
     let record = if record.preferred().is_some() {
         wait_lease(&leases, "l", "preferredHolder cleared", |r| {
@@ -134,8 +143,16 @@ async fn legacy_holder_keeps_the_lease_until_it_expires() {
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let record = controller_support::wait_lease(&leases, "l", "lease", |_| true).await;
-        assert_eq!(record.holder(), Some("legacy"), "legacy keeps the Lease while live");
-        assert_eq!(record.preferred(), None, "a legacy holder is not pre-empted");
+        assert_eq!(
+            record.holder(),
+            Some("legacy"),
+            "legacy keeps the Lease while live"
+        );
+        assert_eq!(
+            record.preferred(),
+            None,
+            "a legacy holder is not pre-empted"
+        );
     }
     drop(legacy);
     wait_lease(&leases, "l", "a to take over the expired Lease", |r| {
@@ -148,12 +165,29 @@ async fn legacy_holder_keeps_the_lease_until_it_expires() {
 async fn conflicts_and_unknown_strategies_write_nothing() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let _controller = start(client.clone(), config(NS, "c1"));
+    // Both candidates exist before the controller starts: alone, `a` would be elected at once.
     let _a = candidate(&client, "a", "conflicted", "1.31.0", "1.31.0", OEV).await;
-    let _b = candidate(&client, "b", "conflicted", "1.31.0", "1.31.0", "example.com/other").await;
+    let _b = candidate(
+        &client,
+        "b",
+        "conflicted",
+        "1.31.0",
+        "1.31.0",
+        "example.com/other",
+    )
+    .await;
+    let _controller = start(client.clone(), config(NS, "c1"));
     let event = wait_event(&client, NS, "conflicted", "StrategyConflict").await;
     assert!(event.note.unwrap_or_default().contains("example.com/other"));
-    let _c = candidate(&client, "c", "unknown", "1.31.0", "1.31.0", "example.com/nope").await;
+    let _c = candidate(
+        &client,
+        "c",
+        "unknown",
+        "1.31.0",
+        "1.31.0",
+        "example.com/nope",
+    )
+    .await;
     wait_event(&client, NS, "unknown", "UnknownStrategy").await;
     assert!(leases.get_opt("conflicted").await.unwrap().is_none());
     assert!(leases.get_opt("unknown").await.unwrap().is_none());
@@ -198,10 +232,16 @@ async fn an_unresponsive_best_candidate_is_left_out() {
     // The best candidate by version renewed a minute ago and never answers pings.
     let mut dead = lease_candidate(NS, "dead", "l", "1.29.0", Some("1.29.0"), OEV);
     dead.spec.as_mut().unwrap().renew_time = Some(ago(60));
-    candidates.create(&PostParams::default(), &dead).await.unwrap();
+    candidates
+        .create(&PostParams::default(), &dead)
+        .await
+        .unwrap();
     let _controller = start(client.clone(), config(NS, "c1"));
     let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
-    wait_lease(&leases, "l", "live to be elected", |r| r.holder() == Some("live")).await;
+    wait_lease(&leases, "l", "live to be elected", |r| {
+        r.holder() == Some("live")
+    })
+    .await;
     let dead = candidates.get("dead").await.unwrap();
     assert!(
         dead.spec.unwrap().ping_time.is_some(),
@@ -223,8 +263,14 @@ async fn released_and_deleted_leases_are_reassigned() {
     spec.holder_identity = Some(String::new());
     spec.strategy = None;
     spec.lease_duration_seconds = Some(1);
-    leases.replace("l", &PostParams::default(), &lease).await.unwrap();
-    let record = wait_lease(&leases, "l", "a to be re-elected", |r| r.holder() == Some("a")).await;
+    leases
+        .replace("l", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let record = wait_lease(&leases, "l", "a to be re-elected", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
     assert_eq!(record.strategy(), Some(OEV), "the strategy is written back");
 
     leases.delete("l", &Default::default()).await.unwrap();
@@ -239,14 +285,20 @@ async fn stale_candidates_are_garbage_collected() {
     let spec = stale.spec.as_mut().unwrap();
     spec.renew_time = Some(ago(7200));
     spec.ping_time = Some(ago(3600));
-    candidates.create(&PostParams::default(), &stale).await.unwrap();
+    candidates
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
     let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
     let mut cfg = config(NS, "c1");
     cfg.candidate_gc_after = Duration::from_secs(4);
     let _controller = start(client.clone(), cfg);
     let deadline = tokio::time::Instant::now() + WAIT;
     while candidates.get_opt("stale").await.unwrap().is_some() {
-        assert!(tokio::time::Instant::now() < deadline, "stale candidate not collected");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stale candidate not collected"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
@@ -266,7 +318,10 @@ async fn elections_complete_after_500s_409_storms_and_dropped_watches() {
     let _controller = start(client.clone(), config(NS, "c1"));
     let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
     let _holder_a = CoordinatedHolder::start(leases.clone(), "l", "a");
-    wait_lease(&leases, "l", "a elected despite 500s", |r| r.holder() == Some("a")).await;
+    wait_lease(&leases, "l", "a elected despite 500s", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
 
     // A 409 storm: another writer bumps the Lease's resourceVersion continuously while a better
     // candidate arrives and the controller must pre-empt a.
@@ -309,11 +364,25 @@ async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
     emu.faults().set_latency(Duration::from_millis(150));
     let mut stale = lease_candidate(NS, "a", "l", "1.31.0", Some("1.31.0"), OEV);
     stale.spec.as_mut().unwrap().renew_time = Some(ago(60));
-    candidates.create(&PostParams::default(), &stale).await.unwrap();
+    candidates
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
     let first = start(client.clone(), config(NS, "c1"));
     let deadline = tokio::time::Instant::now() + WAIT;
-    while candidates.get("a").await.unwrap().spec.unwrap().ping_time.is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "no ping from the first controller");
+    while candidates
+        .get("a")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .ping_time
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ping from the first controller"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     first.crash();
@@ -331,7 +400,11 @@ async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
         r.holder().is_some()
     })
     .await;
-    assert_eq!(record.holder(), Some("b"), "the unresponsive candidate is left out");
+    assert_eq!(
+        record.holder(),
+        Some("b"),
+        "the unresponsive candidate is left out"
+    );
     audit.assert_never_two_holders();
 }
 

@@ -40,8 +40,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::Instant;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -428,8 +428,7 @@ async fn process(ctx: &Arc<Context>, item: Item) {
         Next::Retry => {
             let delay = ctx.backoff(&item.key);
             tracing::debug!(?delay, "retrying");
-            ctx.queue
-                .add_at(item.key.clone(), Instant::now() + delay);
+            ctx.queue.add_at(item.key.clone(), Instant::now() + delay);
         }
     }
     ctx.metrics
@@ -442,8 +441,8 @@ async fn process(ctx: &Arc<Context>, item: Item) {
 /// resourceVersion precondition. Sweeps every half period (at least every second, at most every
 /// 5 minutes).
 async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
-    let period = (ctx.config.candidate_gc_after / 2)
-        .clamp(Duration::from_secs(1), Duration::from_secs(300));
+    let period =
+        (ctx.config.candidate_gc_after / 2).clamp(Duration::from_secs(1), Duration::from_secs(300));
     loop {
         tokio::select! {
             () = token.cancelled() => return,
@@ -451,8 +450,11 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
         }
         let now = ctx.now();
         for candidate in ctx.caches.all_candidates() {
-            if !candidate_expired(&candidate_view(&candidate), now, ctx.config.candidate_gc_after)
-            {
+            if !candidate_expired(
+                &candidate_view(&candidate),
+                now,
+                ctx.config.candidate_gc_after,
+            ) {
                 continue;
             }
             let (Some(ns), Some(name)) = (
@@ -503,7 +505,10 @@ async fn check_builtin(ctx: &Context) {
             }
         };
         if ctx.builtin_active.swap(active, Ordering::Relaxed) != active {
-            tracing::info!(active, "kube-apiserver's built-in election controller changed state");
+            tracing::info!(
+                active,
+                "kube-apiserver's built-in election controller changed state"
+            );
             ctx.enqueue_all();
         }
     }

@@ -81,7 +81,9 @@ impl WorkQueue {
             if st.shutdown {
                 return;
             }
-            st.first_added.entry(key.clone()).or_insert_with(Instant::now);
+            st.first_added
+                .entry(key.clone())
+                .or_insert_with(Instant::now);
             st.push_ready(key);
         }
         self.notify.notify_one();

@@ -38,7 +38,16 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str, triggered_at: Instant) -> 
     };
     let mut lease_obj = ctx.caches.lease(namespace, name);
     for _ in 0..CONFLICT_ATTEMPTS {
-        match step(ctx, key, namespace, name, lease_obj.as_deref(), triggered_at).await {
+        match step(
+            ctx,
+            key,
+            namespace,
+            name,
+            lease_obj.as_deref(),
+            triggered_at,
+        )
+        .await
+        {
             Ok(next) => return next,
             Err(StepError::Conflict) => {
                 tracing::debug!("Lease changed under the write; re-reading it");
@@ -62,7 +71,12 @@ enum StepError {
 }
 
 /// The live, valid candidates of a Lease, as core views.
-fn live_candidates(ctx: &Context, namespace: &str, name: &str, now: Timestamp) -> Vec<CandidateView> {
+fn live_candidates(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+) -> Vec<CandidateView> {
     let mut views: Vec<CandidateView> = ctx
         .caches
         .candidates_for(namespace, name)
@@ -223,7 +237,10 @@ async fn step(
             recheck_at,
         } => {
             tracing::debug!(winner = %best, pings = ?to_ping, "pinging candidates before electing");
-            if writer::ping_all(ctx, namespace, &to_ping, now).await.is_err() {
+            if writer::ping_all(ctx, namespace, &to_ping, now)
+                .await
+                .is_err()
+            {
                 return Err(StepError::Retry);
             }
             return Ok(Next::At(recheck_at));
@@ -271,8 +288,15 @@ async fn step(
                 ),
             };
             tracing::info!(winner = %best, %strategy, write = kind.label(), "Lease written");
-            ctx.event(Some(&written), namespace, name, EventType::Normal, reason, message)
-                .await;
+            ctx.event(
+                Some(&written),
+                namespace,
+                name,
+                EventType::Normal,
+                reason,
+                message,
+            )
+            .await;
             let record = lease_record(&written);
             Ok(idle_until_expiry(Some(&record), now))
         }

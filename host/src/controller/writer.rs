@@ -41,7 +41,11 @@ fn result_label<T>(result: &Result<T, WriteError>) -> &'static str {
 }
 
 /// Reads the Lease from the API server (after a conflict: the cache may lag).
-pub async fn read_lease(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Lease>, Error> {
+pub async fn read_lease(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Lease>, Error> {
     Api::<Lease>::namespaced(ctx.client.clone(), namespace)
         .get_opt(name)
         .await
@@ -124,7 +128,12 @@ pub async fn ping_all(
 
 /// Sets `spec.pingTime = now` on one candidate with its resourceVersion as precondition; on a
 /// conflict re-reads it once and pings again if it still needs a ping.
-async fn ping(ctx: &Context, namespace: &str, name: &str, now: Timestamp) -> Result<(), WriteError> {
+async fn ping(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+) -> Result<(), WriteError> {
     let api = Api::<LeaseCandidate>::namespaced(ctx.client.clone(), namespace);
     let mut current = ctx.caches.candidate(namespace, name).map(|c| (*c).clone());
     for _ in 0..2 {

@@ -158,7 +158,9 @@ impl HolderAudit {
                 let record = lease_record(&lease);
                 if let Some(prev) = &previous {
                     if prev.holder() != record.holder() && record.holder().is_some() {
-                        c.lock().unwrap().push(record.holder().unwrap_or_default().to_owned());
+                        c.lock()
+                            .unwrap()
+                            .push(record.holder().unwrap_or_default().to_owned());
                         let at = record
                             .renew_time
                             .unwrap_or_else(|| timestamp(jiff::Timestamp::now()));
@@ -257,5 +259,32 @@ impl CoordinatedHolder {
 impl Drop for CoordinatedHolder {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Waits for the LeaseCandidate of Lease `lease` announcing `emulation_version`; returns its name.
+pub async fn wait_candidate(
+    api: &Api<k8s_openapi::api::coordination::v1beta1::LeaseCandidate>,
+    lease: &str,
+    emulation_version: &str,
+) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(list) = api.list(&Default::default()).await {
+            if let Some(name) = list.items.iter().find_map(|c| {
+                let spec = c.spec.as_ref()?;
+                (spec.lease_name == lease
+                    && spec.emulation_version.as_deref() == Some(emulation_version))
+                .then(|| c.metadata.name.clone())
+                .flatten()
+            }) {
+                return name;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no candidate of {lease} with emulation version {emulation_version}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
