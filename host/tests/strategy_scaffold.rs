@@ -1,0 +1,133 @@
+//! `conclave strategy new`: the scaffolded crate builds for wasm32-wasip2 as generated, its
+//! vectors pass through the engine, and it loads from a plugin directory like any third-party
+//! plugin.
+
+use conclave::engine::{Engine, EngineConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn conclave(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .args(args)
+        .output()
+        .expect("run conclave")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn scaffolded_plugin_builds_and_passes_its_vectors() {
+    // A temp dir inside the checkout: the scaffolder finds the SDK there by itself.
+    let work = tempfile::tempdir_in(repo().join("target")).unwrap();
+    let dir = work.path().join("my-rule");
+    let output = conclave(&[
+        "strategy",
+        "new",
+        "my-rule",
+        "--strategy",
+        "example.com/my-rule",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    for file in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/lib.rs",
+        "vectors/my-rule.json",
+        "README.md",
+    ] {
+        assert!(dir.join(file).is_file(), "missing {file}");
+    }
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("conclave-strategy = { path = \"../../../strategies/sdk\" }"),
+        "{manifest}"
+    );
+
+    // Built exactly as the README says, with a target dir kept between runs for speed.
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build
+        .current_dir(&dir)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(repo().join("target").join("scaffold-build"));
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+    ] {
+        build.env_remove(var);
+    }
+    let built = build.output().expect("run cargo");
+    assert!(built.status.success(), "{}", text(&built));
+    let wasm = repo().join("target/scaffold-build/wasm32-wasip2/release/my_rule.wasm");
+    assert!(wasm.is_file());
+
+    let vectors = dir.join("vectors/my-rule.json");
+    let tested = conclave(&[
+        "strategy",
+        "test",
+        wasm.to_str().unwrap(),
+        "--vectors",
+        vectors.to_str().unwrap(),
+    ]);
+    assert!(tested.status.success(), "{}", text(&tested));
+    assert_eq!(
+        String::from_utf8_lossy(&tested.stdout).lines().last(),
+        Some("3 passed, 0 failed")
+    );
+
+    // Shipped like any third-party plugin: a .wasm in the plugins directory.
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(&wasm, plugins.join("my_rule.wasm")).unwrap();
+    let engine = Engine::new(EngineConfig {
+        plugins_dir: Some(plugins),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    assert!(engine.has_strategy("example.com/my-rule"));
+}
+
+#[test]
+fn scaffolding_refuses_a_strategy_kubernetes_would_reject() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("plain");
+    let output = conclave(&[
+        "strategy",
+        "new",
+        "plain",
+        "--strategy",
+        "Plain",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output).contains("domain-prefixed"),
+        "{}",
+        text(&output)
+    );
+    assert!(!dir.exists());
+}
