@@ -14,6 +14,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Take part in coordinated leader election as an example component (JSON line per transition).
+    Candidate(conclave::cli::candidate::CandidateArgs),
     /// Run the coordinated leader election controller.
     Run(conclave::cli::run::RunArgs),
     /// Test, inspect and benchmark strategy plugins.
@@ -23,6 +25,7 @@ enum Command {
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Candidate(args) => conclave::cli::candidate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => conclave::cli::run::run(args).map(|()| ExitCode::SUCCESS),
         Command::Strategy(args) => conclave::cli::strategy::run(args),
     }

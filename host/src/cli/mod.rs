@@ -1,5 +1,6 @@
 //! Command-line subcommands of the `conclave` binary.
 
+pub mod candidate;
 pub mod scaffold;
 pub mod strategy;
 pub mod run;

@@ -1,0 +1,249 @@
+//! `conclave candidate`: a real example component built on `conclave-candidate`. It registers a
+//! LeaseCandidate, leads while the Lease names it, hands over gracefully when pre-empted, and
+//! prints one JSON line per transition on stdout (logs go to stderr). Tests, the demo and users
+//! smoke-testing a cluster run it.
+
+use anyhow::Context as _;
+use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, StopReason, Term, Transition};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Arguments of `conclave candidate`.
+#[derive(Debug, clap::Args)]
+pub struct CandidateArgs {
+    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config or in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the Lease and the LeaseCandidate.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Name of the Lease to lead.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_LEASE")]
+    pub lease: String,
+    /// This instance's identity: LeaseCandidate name and holderIdentity when leading.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_IDENTITY")]
+    pub identity: String,
+    /// `spec.binaryVersion` of the LeaseCandidate (e.g. 1.33.0).
+    #[arg(long, env = "CONCLAVE_CANDIDATE_BINARY_VERSION")]
+    pub binary_version: String,
+    /// `spec.emulationVersion` of the LeaseCandidate (e.g. 1.32.0).
+    #[arg(long, env = "CONCLAVE_CANDIDATE_EMULATION_VERSION", default_value = "")]
+    pub emulation_version: String,
+    /// `spec.strategy` of the LeaseCandidate.
+    #[arg(
+        long,
+        env = "CONCLAVE_CANDIDATE_STRATEGY",
+        default_value = "OldestEmulationVersion"
+    )]
+    pub strategy: String,
+    /// Length of one unit of work done while leading; a unit in progress is finished after the
+    /// term is cancelled, so draining takes up to this long.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_WORK_MS", default_value_t = 100)]
+    pub work_ms: u64,
+    /// `leaseDurationSeconds` written on renewal.
+    #[arg(
+        long,
+        env = "CONCLAVE_CANDIDATE_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
+    pub lease_duration_seconds: u64,
+    /// Stop leading after failing to renew for this long (must be below the lease duration).
+    #[arg(
+        long,
+        env = "CONCLAVE_CANDIDATE_RENEW_DEADLINE_MS",
+        default_value_t = 10_000
+    )]
+    pub renew_deadline_ms: u64,
+    /// Renewal and polling period.
+    #[arg(
+        long,
+        env = "CONCLAVE_CANDIDATE_RETRY_PERIOD_MS",
+        default_value_t = 2_000
+    )]
+    pub retry_period_ms: u64,
+    /// How long the term's tasks may take to stop before they count as leaked.
+    #[arg(
+        long,
+        env = "CONCLAVE_CANDIDATE_DRAIN_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub drain_timeout_ms: u64,
+    /// KEP-4355 fallback: take a free Lease after this many seconds without a controller.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_FALLBACK_AFTER_SECONDS")]
+    pub fallback_after_seconds: Option<u64>,
+}
+
+/// Runs the candidate until SIGTERM or Ctrl-C, then leaves the election gracefully.
+pub fn run(args: CandidateArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the Tokio runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let lease = LeaseConfig {
+        namespace: args.namespace.clone(),
+        name: args.lease.clone(),
+        identity: args.identity.clone(),
+        lease_duration: Duration::from_secs(args.lease_duration_seconds),
+        renew_deadline: Duration::from_millis(args.renew_deadline_ms),
+        retry_period: Duration::from_millis(args.retry_period_ms),
+    };
+    let candidate = CandidateConfig::new(
+        args.binary_version.clone(),
+        args.emulation_version.clone(),
+        args.strategy.clone(),
+    );
+    let mut elector = Elector::coordinated(client, lease, candidate)?
+        .with_drain_timeout(Duration::from_millis(args.drain_timeout_ms));
+    if let Some(after) = args.fallback_after_seconds {
+        elector = elector.with_fallback_after(Duration::from_secs(after));
+    }
+    let mut transitions = elector.handle().transitions();
+    let printer = tokio::spawn(async move {
+        while let Ok(transition) = transitions.recv().await {
+            println!("{}", transition_json(&transition));
+        }
+    });
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let work = Duration::from_millis(args.work_ms);
+    let result = elector
+        .run(move |term: Term| lead(term, work), shutdown)
+        .await;
+    signals.abort();
+    // The elector is gone, so the channel closes and the printer ends after the last line.
+    printer.await.context("printing transitions")?;
+    result.context("running the candidate")
+}
+
+/// The example work: units of `work` each, until the term ends; a unit in progress is finished.
+async fn lead(term: Term, work: Duration) {
+    let worker = term.clone();
+    term.spawn(async move {
+        let mut units: u64 = 0;
+        while !worker.is_cancelled() {
+            tokio::time::sleep(work).await;
+            units += 1;
+        }
+        tracing::info!(term = worker.number(), units, "work stopped");
+    });
+}
+
+fn rfc3339(at: conclave_core::time::Timestamp) -> String {
+    jiff::Timestamp::from_microsecond(at.as_micros())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// One JSON line per transition: `event`, `term`, `at` and details.
+fn transition_json(transition: &Transition) -> Value {
+    match transition {
+        Transition::Leading {
+            term,
+            at,
+            observed_at,
+        } => json!({
+            "event": "leading", "term": term, "at": rfc3339(*at), "observed": rfc3339(*observed_at),
+        }),
+        Transition::StoppedLeading {
+            term,
+            at,
+            reason,
+            leaked_tasks,
+        } => {
+            let mut line = json!({
+                "event": "stopped-leading", "term": term, "at": rfc3339(*at),
+                "reason": reason.label(), "leaked_tasks": leaked_tasks,
+            });
+            if let StopReason::Preempted { preferred_holder } = reason {
+                line["preferred_holder"] = json!(preferred_holder);
+            }
+            line
+        }
+        Transition::Released { term, at } => json!({
+            "event": "released", "term": term, "at": rfc3339(*at),
+        }),
+        Transition::Following { at } => json!({ "event": "following", "at": rfc3339(*at) }),
+    }
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot install the SIGTERM handler");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down: leaving the election");
+    shutdown.cancel();
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    // kube's rustls needs a process-wide crypto provider; a second install is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use conclave_core::time::Timestamp;
+
+    #[test]
+    fn transitions_print_as_one_json_object_each() {
+        let at = Timestamp::from_secs(1_764_500_000);
+        let line = transition_json(&Transition::StoppedLeading {
+            term: 3,
+            at,
+            reason: StopReason::Preempted {
+                preferred_holder: "b".into(),
+            },
+            leaked_tasks: 0,
+        });
+        assert_eq!(line["event"], "stopped-leading");
+        assert_eq!(line["term"], 3);
+        assert_eq!(line["reason"], "preempted");
+        assert_eq!(line["preferred_holder"], "b");
+        assert_eq!(line["at"], "2025-11-30T10:53:20Z");
+        let line = transition_json(&Transition::Leading {
+            term: 1,
+            at,
+            observed_at: at,
+        });
+        assert_eq!(line["event"], "leading");
+    }
+}
