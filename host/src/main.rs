@@ -20,6 +20,10 @@ enum Command {
     Run(conclave::cli::run::RunArgs),
     /// Test, inspect and benchmark strategy plugins.
     Strategy(conclave::cli::strategy::StrategyArgs),
+    /// Run the whole system with no cluster: a rolling upgrade with graceful hand-offs, live.
+    Demo(conclave::cli::demo::DemoArgs),
+    /// Show the Leases under coordination, their candidates, and whom each strategy would pick.
+    Status(conclave::cli::status::StatusArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -28,5 +32,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Candidate(args) => conclave::cli::candidate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => conclave::cli::run::run(args).map(|()| ExitCode::SUCCESS),
         Command::Strategy(args) => conclave::cli::strategy::run(args),
+        Command::Demo(args) => conclave::cli::demo::run(args),
+        Command::Status(args) => conclave::cli::status::run(args).map(|()| ExitCode::SUCCESS),
     }
 }

@@ -1,0 +1,187 @@
+//! Finding a plugin strategy for the demo's second Lease: from `--plugins DIR` as the controller
+//! would load it, or else from the plugin workspace's build output.
+
+use crate::engine::{Engine, EngineConfig, Limits, PluginSource, default_cache_dir};
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
+
+/// Plugin strategies the demo knows how to set up, best first.
+pub const PREFERRED: &[&str] = &[
+    "conclave.dev/priority",
+    "conclave.dev/zone-affinity",
+    "conclave.dev/least-disruption",
+];
+
+/// Settings for strategies that need them, written as a sidecar when the demo copies a plugin.
+fn settings_for(strategy: &str) -> Option<serde_json::Value> {
+    (strategy == "conclave.dev/zone-affinity")
+        .then(|| serde_json::json!({"zones": ["zone-a", "zone-b", "zone-c"]}))
+}
+
+/// The engine for the demo and the plugin strategy of the second Lease, if any.
+pub struct Plugins {
+    /// Built-ins plus the plugin directory in use.
+    pub engine: Engine,
+    /// The second Lease's strategy and where its plugin came from; `Err` explains its absence.
+    pub strategy: Result<(String, PathBuf), String>,
+    /// Keeps a copied plugin directory alive.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+fn config(plugins_dir: Option<PathBuf>) -> EngineConfig {
+    EngineConfig {
+        plugins_dir,
+        allow_wasi: false,
+        cache_dir: default_cache_dir(),
+        default_limits: Limits::default(),
+    }
+}
+
+/// Picks the plugin strategy: `wanted` if given, else the first of [`PREFERRED`] available, else
+/// any strategy implemented by a plugin file.
+fn choose(engine: &Engine, wanted: Option<&str>) -> Option<(String, PathBuf)> {
+    let from_files: Vec<(String, PathBuf)> = engine
+        .strategies()
+        .into_iter()
+        .filter_map(|info| match &info.plugin.source {
+            PluginSource::File(path) => Some((info.name.clone(), path.clone())),
+            PluginSource::Builtin(_) => None,
+        })
+        .collect();
+    if let Some(wanted) = wanted {
+        return from_files.into_iter().find(|(name, _)| name == wanted);
+    }
+    PREFERRED
+        .iter()
+        .find_map(|p| from_files.iter().find(|(name, _)| name == p).cloned())
+        .or_else(|| from_files.into_iter().next())
+}
+
+/// Where the plugin workspace writes its components, relative to the working directory and to
+/// the source tree this binary was built from.
+fn build_outputs() -> Vec<PathBuf> {
+    let relative = [
+        "target/wasm/wasm32-wasip2/release",
+        "strategies/target/wasm32-wasip2/release",
+    ];
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs: Vec<PathBuf> = relative.iter().map(PathBuf::from).collect();
+    dirs.extend(relative.iter().map(|r| source.join(r)));
+    dirs
+}
+
+/// Loads the engine: with `plugins_dir`, exactly as `conclave run --plugins` would; otherwise the
+/// built-ins plus one plugin found in the plugin workspace's build output, copied (with a settings
+/// sidecar where it needs one) into a scratch directory that the controller then loads.
+pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Result<Plugins> {
+    if let Some(dir) = plugins_dir {
+        let engine = Engine::new(config(Some(dir.clone())))
+            .with_context(|| format!("loading plugins from {}", dir.display()))?;
+        let strategy = choose(&engine, wanted).ok_or_else(|| match wanted {
+            Some(w) => format!("no plugin in {} implements {w}", dir.display()),
+            None => format!("no plugin in {} implements a strategy", dir.display()),
+        });
+        return Ok(Plugins {
+            engine,
+            strategy,
+            _scratch: None,
+        });
+    }
+    let found = discover(wanted);
+    let builtins = || Engine::new(config(None)).context("loading the built-in strategies");
+    let Some((strategy, path)) = found else {
+        let hint = "build it with `cd strategies && cargo build --target wasm32-wasip2 --release`, \
+                    or pass --plugins DIR";
+        let why = match wanted {
+            Some(w) => format!("no built plugin implements {w}; {hint}"),
+            None => format!(
+                "no plugin strategy found in {}; {hint}",
+                build_outputs()
+                    .iter()
+                    .take(2)
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        };
+        return Ok(Plugins {
+            engine: builtins()?,
+            strategy: Err(why),
+            _scratch: None,
+        });
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("conclave-demo-plugins-")
+        .tempdir()
+        .context("creating a scratch plugin directory")?;
+    let file = path
+        .file_name()
+        .map_or_else(|| PathBuf::from("plugin.wasm"), PathBuf::from);
+    let copy = scratch.path().join(&file);
+    std::fs::copy(&path, &copy)
+        .with_context(|| format!("copying {} to {}", path.display(), copy.display()))?;
+    if let Some(settings) = settings_for(&strategy) {
+        std::fs::write(
+            copy.with_extension("json"),
+            serde_json::json!({ "settings": settings }).to_string(),
+        )
+        .context("writing the plugin's settings sidecar")?;
+    }
+    let engine = Engine::new(config(Some(scratch.path().to_path_buf())))
+        .with_context(|| format!("loading the plugin {}", path.display()))?;
+    Ok(Plugins {
+        engine,
+        strategy: Ok((strategy, path)),
+        _scratch: Some(scratch),
+    })
+}
+
+/// Looks at each `.wasm` in the build outputs (most likely names first) and returns the first
+/// that implements `wanted`, or one of [`PREFERRED`], or any strategy that is not built in.
+fn discover(wanted: Option<&str>) -> Option<(String, PathBuf)> {
+    let mut files: Vec<PathBuf> = build_outputs()
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.filter_map(Result::ok).map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    files.sort();
+    files.dedup_by(|a, b| a.file_name() == b.file_name());
+    let rank = |path: &PathBuf| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().replace('_', "-"))
+            .unwrap_or_default();
+        PREFERRED
+            .iter()
+            .position(|p| {
+                p.rsplit('/')
+                    .next()
+                    .is_some_and(|short| stem.contains(short))
+            })
+            .unwrap_or(PREFERRED.len())
+    };
+    files.sort_by_key(rank);
+    let mut fallback = None;
+    for file in files {
+        let Ok(engine) = Engine::from_file(config(None), &file) else {
+            continue;
+        };
+        let names: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
+        if let Some(wanted) = wanted {
+            if names.iter().any(|n| n == wanted) {
+                return Some((wanted.to_owned(), file));
+            }
+            continue;
+        }
+        if let Some(name) = PREFERRED.iter().find(|p| names.iter().any(|n| n == *p)) {
+            return Some(((*name).to_owned(), file));
+        }
+        if fallback.is_none()
+            && let Some(name) = names.iter().find(|n| n.contains('/'))
+        {
+            fallback = Some((name.clone(), file));
+        }
+    }
+    fallback
+}
