@@ -291,7 +291,7 @@ async fn stale_candidates_are_garbage_collected() {
         .unwrap();
     let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
     let mut cfg = config(NS, "c1");
-    cfg.candidate_gc_after = Duration::from_secs(4);
+    cfg.candidate_gc_after = Duration::from_secs(10);
     let _controller = start(client.clone(), cfg);
     let deadline = tokio::time::Instant::now() + WAIT;
     while candidates.get_opt("stale").await.unwrap().is_some() {

@@ -76,6 +76,10 @@ fn start_with_engine(
     (shutdown, task)
 }
 
+fn builtin_engine() -> Engine {
+    Engine::new(EngineConfig::default()).expect("engine")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_scenarios_with_the_builtin_controller_passive() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
@@ -107,8 +111,7 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     .expect("engine");
     let mut cfg = config(&ns, "conclave-real");
     cfg.controller_namespace = ns.clone();
-    cfg.candidate_gc_after = Duration::from_secs(10);
-    let (shutdown, task) = start_with_engine(client.clone(), engine, cfg);
+    let (shutdown, task) = start_with_engine(client.clone(), engine, cfg.clone());
 
     // A single candidate.
     let _single = responder(&client, &ns, "only", "single", "1.37.0", "1.37.0", OEV).await;
@@ -226,7 +229,14 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
         assert_eq!(record.strategy(), Some("conclave.dev/priority"));
     }
 
-    // Candidate GC.
+    // Candidate GC, by a controller restarted with a short GC period (with the default 30 min
+    // the stale candidate, renewed 2 h ago, is collected at the first sweep too, 15 min in).
+    assert!(candidates.get_opt("stale").await.unwrap().is_some());
+    shutdown.cancel();
+    task.await.unwrap();
+    let _fresh = responder(&client, &ns, "fresh", "gc", "1.37.0", "1.37.0", OEV).await;
+    cfg.candidate_gc_after = Duration::from_secs(20);
+    let (shutdown, task) = start_with_engine(client.clone(), builtin_engine(), cfg);
     let deadline = tokio::time::Instant::now() + controller_support::WAIT;
     while candidates.get_opt("stale").await.unwrap().is_some() {
         assert!(
@@ -235,7 +245,10 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(candidates.get_opt("only").await.unwrap().is_some());
+    assert!(
+        candidates.get_opt("fresh").await.unwrap().is_some(),
+        "a candidate renewed within the period is kept"
+    );
 
     shutdown.cancel();
     task.await.unwrap();

@@ -117,13 +117,13 @@ pub async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &s
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        if let Ok(list) = api.list(&Default::default()).await {
-            if let Some(event) = list.items.into_iter().find(|e| {
+        if let Ok(list) = api.list(&Default::default()).await
+            && let Some(event) = list.items.into_iter().find(|e| {
                 e.reason.as_deref() == Some(reason)
                     && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            }) {
-                return event;
-            }
+            })
+        {
+            return event;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -156,21 +156,22 @@ impl HolderAudit {
             while let Some(item) = stream.next().await {
                 let Ok(lease) = item else { continue };
                 let record = lease_record(&lease);
-                if let Some(prev) = &previous {
-                    if prev.holder() != record.holder() && record.holder().is_some() {
-                        c.lock()
-                            .unwrap()
-                            .push(record.holder().unwrap_or_default().to_owned());
-                        let at = record
-                            .renew_time
-                            .unwrap_or_else(|| timestamp(jiff::Timestamp::now()));
-                        if prev.holder().is_some() && !prev.is_expired(at) {
-                            v.lock().unwrap().push(format!(
-                                "{:?} replaced live holder {:?} (prev {prev:?}, new {record:?})",
-                                record.holder(),
-                                prev.holder()
-                            ));
-                        }
+                if let Some(prev) = &previous
+                    && prev.holder() != record.holder()
+                    && record.holder().is_some()
+                {
+                    c.lock()
+                        .unwrap()
+                        .push(record.holder().unwrap_or_default().to_owned());
+                    let at = record
+                        .renew_time
+                        .unwrap_or_else(|| timestamp(jiff::Timestamp::now()));
+                    if prev.holder().is_some() && !prev.is_expired(at) {
+                        v.lock().unwrap().push(format!(
+                            "{:?} replaced live holder {:?} (prev {prev:?}, new {record:?})",
+                            record.holder(),
+                            prev.holder()
+                        ));
                     }
                 }
                 previous = Some(record);
@@ -270,16 +271,16 @@ pub async fn wait_candidate(
 ) -> String {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        if let Ok(list) = api.list(&Default::default()).await {
-            if let Some(name) = list.items.iter().find_map(|c| {
+        if let Ok(list) = api.list(&Default::default()).await
+            && let Some(name) = list.items.iter().find_map(|c| {
                 let spec = c.spec.as_ref()?;
                 (spec.lease_name == lease
                     && spec.emulation_version.as_deref() == Some(emulation_version))
                 .then(|| c.metadata.name.clone())
                 .flatten()
-            }) {
-                return name;
-            }
+            })
+        {
+            return name;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
