@@ -550,9 +550,12 @@ mod tests {
         }
     }
 
+    /// A case name, the Lease, and the expected write kind with the resulting preferredHolder.
+    type LiveCase<'a> = (&'a str, LeaseRecord, Option<(WriteKind, Option<&'a str>)>);
+
     #[test]
     fn live_holders() {
-        let table: [(&str, LeaseRecord, Option<(WriteKind, Option<&str>)>); 6] = [
+        let table: [LiveCase<'_>; 6] = [
             ("winner holds: nothing", held(Some("a"), 99, None), None),
             (
                 "preferred candidate now holds: clear",
