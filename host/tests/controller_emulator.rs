@@ -421,3 +421,89 @@ async fn third_party_mode_leaves_oldest_emulation_version_alone() {
     wait_event(&client, NS, "tp", "UnknownStrategy").await;
     assert!(leases.get_opt("l").await.unwrap().is_none());
 }
+
+/// A strategy whose plugin always fails, as a trapping or over-limit plugin would.
+struct Failing;
+
+impl conclave::controller::Decide for Failing {
+    fn has_strategy(&self, _strategy: &str) -> bool {
+        true
+    }
+
+    fn elect(
+        &self,
+        strategy: &str,
+        _request: &conclave_core::request::ElectionRequest,
+    ) -> Result<Option<String>, conclave::controller::DecideError> {
+        Err(conclave::controller::DecideError {
+            kind: "trap",
+            message: format!("strategy {strategy:?} trapped: unreachable"),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugin_errors_leave_the_lease_as_it_is() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("l".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(String::new()),
+                    strategy: Some(OEV.into()),
+                    ..LeaseSpec::default()
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    let before = leases.get("l").await.unwrap();
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(conclave::controller::run(
+        client.clone(),
+        std::sync::Arc::new(Failing),
+        config(NS, "c1"),
+        shutdown.clone(),
+    ));
+    let event = wait_event(&client, NS, "l", "PluginError").await;
+    assert!(event.note.unwrap_or_default().contains("trap"));
+    // Retried with backoff: the Event becomes a series; the Lease is never written.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let retried = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("PluginError")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            });
+        if retried {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the failing election was not retried"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = leases.get("l").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "a failing plugin must not change the Lease"
+    );
+    shutdown.cancel();
+    task.await
+        .unwrap()
+        .expect("the controller survives plugin errors and stops cleanly");
+}
