@@ -16,6 +16,8 @@ struct Cli {
 enum Command {
     /// Take part in coordinated leader election as an example component (JSON line per transition).
     Candidate(conclave::cli::candidate::CandidateArgs),
+    /// Run the embedded Kubernetes API server (coordination.k8s.io) without a cluster.
+    Emulator(conclave::cli::emulator::EmulatorArgs),
     /// Run the coordinated leader election controller.
     Run(conclave::cli::run::RunArgs),
     /// Test, inspect and benchmark strategy plugins.
@@ -30,6 +32,7 @@ fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Candidate(args) => conclave::cli::candidate::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Emulator(args) => conclave::cli::emulator::run(args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => conclave::cli::run::run(args).map(|()| ExitCode::SUCCESS),
         Command::Strategy(args) => conclave::cli::strategy::run(args),
         Command::Demo(args) => conclave::cli::demo::run(args),

@@ -2,6 +2,7 @@
 
 pub mod candidate;
 pub mod demo;
+pub mod emulator;
 pub mod run;
 pub mod scaffold;
 pub mod status;
