@@ -158,6 +158,60 @@ async fn the_demo_command_exits_zero_by_itself_with_a_summary() {
     );
 }
 
+/// The same scenario on a real kube-apiserver (conclave-testkit), whose own election controller
+/// becomes active soon after start: Conclave (`--mode auto`) then leaves `OldestEmulationVersion`
+/// to it and elects the plugin Lease. Skipped (SKIP line) when the control-plane binaries are not built.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_runs_against_a_real_kube_apiserver() {
+    let Some(plane) = conclave_testkit::ControlPlane::start()
+        .await
+        .expect("control plane")
+    else {
+        return;
+    };
+    let output = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new(CONCLAVE)
+            .arg("demo")
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig_path())
+            .args(["--duration", "60s"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo stops by itself")
+    .expect("conclave runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Captured by libtest; shown with --nocapture.
+    println!("{stdout}");
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("final leader of demo-component: replica-0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("two leaders of one Lease at once: never"),
+        "{stdout}"
+    );
+    let namespace = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("namespace   "))
+        .expect("the namespace is printed")
+        .trim()
+        .to_owned();
+    assert!(namespace.starts_with("conclave-demo-"), "{namespace}");
+    let client = plane.client().await.unwrap();
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let gone = ns
+        .get_opt(&namespace)
+        .await
+        .unwrap()
+        .is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+    assert!(gone, "the demo's namespace {namespace} is deleted");
+}
+
 async fn emulator() -> (conclave_emulator::RunningEmulator, Client) {
     let emulator = Emulator::start(EmulatorConfig::default())
         .await

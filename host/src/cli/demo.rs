@@ -269,6 +269,15 @@ pub async fn run_demo(
         }
         Err(why) => format!("plugin    = none: {why}; continuing with the built-in strategy only"),
     };
+    let main_line = if builtin_controller_active(&client).await {
+        format!(
+            "component = {MAIN_LEASE}, strategy {OLDEST_EMULATION_VERSION}, elected by \
+             kube-apiserver's built-in controller (active in this cluster; Conclave's --mode auto \
+             leaves it this strategy)"
+        )
+    } else {
+        format!("component = {MAIN_LEASE}, strategy {OLDEST_EMULATION_VERSION} (built in)")
+    };
     let strategies: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
     events.note(format!(
         "Conclave demo: coordinated leader election with graceful hand-off\n  \
@@ -277,7 +286,7 @@ pub async fn run_demo(
          controller  {}\n  \
          component   3 replicas (replica-0..2), a conclave-candidate elector per Lease each, \
          doing work while leading\n  \
-         Leases      component = {MAIN_LEASE}, strategy {OLDEST_EMULATION_VERSION} (built in)\n              \
+         Leases      {main_line}\n              \
          {plugin_line}\n  \
          scenario    rolling upgrade 1.36 → 1.37, binary versions first, then emulation \
          versions, within {:?}\n\n   \
@@ -462,6 +471,21 @@ pub async fn run_demo(
     })
 }
 
+/// Whether kube-apiserver's built-in election controller is active: its Lease is held and fresh
+/// (what `--mode auto` checks).
+async fn builtin_controller_active(client: &Client) -> bool {
+    let (namespace, name) = controller::BUILTIN_LEASE;
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(lease)) => {
+            let record = conclave_core::k8s::lease_record(&lease);
+            record.holder().is_some() && !record.is_expired(journal::now())
+        }
+        _ => false,
+    }
+}
+
 /// The `OldestEmulationVersion` ranking of a Lease's candidates, computed here independently of
 /// the plugin, to check the controller's result.
 fn oldest(status: &LeaseStatus) -> Option<String> {
@@ -524,10 +548,19 @@ impl Scenario {
         };
         self.events.send(What::Phase(
             Phase::Start,
-            format!("start: three replicas at {old}"),
+            format!("start: three replicas at {old}, replica-2 first"),
         ));
-        for index in 0..3 {
+        // replica-2 starts first, so it is the oldest and leads both Leases; the others start
+        // in later seconds, so that creation times (whole seconds) never tie and every
+        // controller, kube-apiserver's included, agrees on the oldest candidate.
+        for index in [2, 1, 0] {
             self.start_replica(index, &old).await?;
+            if index > 0 {
+                let into_second = jiff::Timestamp::now().subsec_nanosecond();
+                let rest = 1_000_000_000 - i64::from(into_second);
+                let wait = Duration::from_nanos(rest.unsigned_abs()) + Duration::from_millis(20);
+                self.pause_until(Instant::now() + wait).await?;
+            }
         }
         self.settled("the first election").await?;
 

@@ -755,6 +755,17 @@ mod tests {
         );
         feed(
             &mut j,
+            2040,
+            What::StoppedLeading {
+                lease: LeaseId::Main,
+                identity: "b".into(),
+                term: 1,
+                reason: "preempted",
+                work: 9,
+            },
+        );
+        feed(
+            &mut j,
             2050,
             What::Released {
                 lease: LeaseId::Main,
