@@ -25,6 +25,9 @@ pub struct StrategyArgs {
 
 #[derive(Debug, Subcommand)]
 enum StrategyCommand {
+    /// Scaffold a strategy plugin crate (SDK dependency, export macro, vectors, README) that
+    /// builds and passes its vectors at once.
+    New(super::scaffold::NewArgs),
     /// Run test vectors through a plugin; prints PASS/FAIL per case and `N passed, M failed`.
     Test {
         /// A `.wasm` file, or the name of a built-in strategy (e.g. OldestEmulationVersion).
@@ -58,6 +61,10 @@ enum StrategyCommand {
         /// The strategy name to elect under (default: the plugin's first).
         #[arg(long)]
         strategy: Option<String>,
+        /// Settings (JSON) to elect with, for plugins that need them, e.g. `{"zones": ["zone-b"]}`;
+        /// default: the plugin's sidecar settings, if any.
+        #[arg(long)]
+        settings: Option<String>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -105,6 +112,7 @@ pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
         )
         .try_init();
     match args.command {
+        StrategyCommand::New(args) => super::scaffold::run(&args).map(|()| ExitCode::SUCCESS),
         StrategyCommand::Test {
             plugin,
             vectors,
@@ -117,12 +125,14 @@ pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
             candidates,
             iterations,
             strategy,
+            settings,
             engine,
         } => bench(
             &plugin,
             candidates,
             iterations,
             strategy.as_deref(),
+            settings.as_deref(),
             &engine,
         ),
     }
@@ -209,10 +219,74 @@ struct Case {
     settings: Option<serde_json::Value>,
 }
 
+/// What a case expects: `{"leader": NAME}`, `{"leader": null}`, or `{"error": true}` (`elect`
+/// must return an error) with an optional `"message"` the error must contain.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Expect {
+    #[serde(default)]
     leader: Option<String>,
+    #[serde(default)]
+    error: bool,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl Expect {
+    /// Rejects contradictory expectations, so a vector cannot pass by accident.
+    fn check(&self, case: &str) -> anyhow::Result<()> {
+        if self.error && self.leader.is_some() {
+            bail!("case {case:?}: expect has both \"error\": true and a leader");
+        }
+        if self.message.is_some() && !self.error {
+            bail!("case {case:?}: expect.message needs \"error\": true");
+        }
+        Ok(())
+    }
+
+    /// What is expected, for reports.
+    fn describe(&self) -> String {
+        match (&self.error, &self.message) {
+            (true, Some(message)) => format!("an error containing {message:?}"),
+            (true, None) => "an error".to_owned(),
+            (false, _) => format!("leader {}", show(self.leader.as_deref())),
+        }
+    }
+
+    /// `Ok(what passed)` or `Err(why it failed)`.
+    fn judge(
+        &self,
+        outcome: &Result<Option<String>, crate::engine::EngineError>,
+    ) -> Result<String, String> {
+        match (self.error, outcome) {
+            (false, Ok(actual)) if actual.as_deref() == self.leader.as_deref() => {
+                Ok(format!("leader {}", show(actual.as_deref())))
+            }
+            (false, Ok(actual)) => Err(format!(
+                "expected leader {}, got {}",
+                show(self.leader.as_deref()),
+                show(actual.as_deref())
+            )),
+            (true, Err(error @ crate::engine::EngineError::PluginError { message, .. }))
+                if self
+                    .message
+                    .as_ref()
+                    .is_none_or(|m| message.contains(m.as_str())) =>
+            {
+                Ok(format!("error: {error}"))
+            }
+            (true, Ok(actual)) => Err(format!(
+                "expected {}, got leader {}",
+                self.describe(),
+                show(actual.as_deref())
+            )),
+            (_, Err(error)) => Err(format!(
+                "expected {}, got error ({}): {error}",
+                self.describe(),
+                error.kind()
+            )),
+        }
+    }
 }
 
 /// The request a case describes; every candidate counts as alive.
@@ -262,6 +336,118 @@ fn case_request(
     }
 }
 
+/// Rows of the candidate table a failure prints; the expected and actual leaders are always shown.
+const FAILURE_TABLE_ROWS: usize = 40;
+
+/// What a failing case looked like: the Lease, the expected and actual outcome, and the
+/// candidates (sorted by name) with the fields strategies rank by. `>` marks the expected leader,
+/// `<` the actual one.
+fn failure_table(
+    request: &ElectionRequest,
+    expect: &Expect,
+    actual: Option<&str>,
+    error: Option<&crate::engine::EngineError>,
+) -> String {
+    use std::fmt::Write as _;
+    let lease = &request.lease;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "    lease {}/{}: holder {}, preferred holder {}, {}; settings {}",
+        lease.namespace,
+        lease.name,
+        show(lease.holder.as_deref()),
+        show(lease.preferred_holder.as_deref()),
+        if lease.expired { "expired" } else { "live" },
+        if request.settings.is_empty() {
+            "(none)"
+        } else {
+            &request.settings
+        }
+    );
+    let _ = writeln!(out, "    expected: {}", expect.describe());
+    let _ = writeln!(
+        out,
+        "    actual:   {}",
+        match error {
+            Some(error) => format!("error ({}): {error}", error.kind()),
+            None => format!("leader {}", show(actual)),
+        }
+    );
+    let mut candidates: Vec<&CandidateView> = request.candidates.iter().collect();
+    candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    let expected = expect.leader.as_deref();
+    let mark = |name: &str| match (Some(name) == expected, Some(name) == actual) {
+        (true, true) => "><",
+        (true, false) => "> ",
+        (false, true) => " <",
+        (false, false) => "  ",
+    };
+    let created = |c: &CandidateView| {
+        c.creation_time
+            .and_then(|t| jiff::Timestamp::from_microsecond(t.as_micros()).ok())
+            .map_or_else(|| "-".to_owned(), |t| t.to_string())
+    };
+    let pairs = |pairs: &[(String, String)]| {
+        if pairs.is_empty() {
+            "-".to_owned()
+        } else {
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    let rows: Vec<[String; 7]> = std::iter::once([
+        String::new(),
+        "candidate".to_owned(),
+        "emulation".to_owned(),
+        "binary".to_owned(),
+        "created".to_owned(),
+        "labels".to_owned(),
+        "annotations".to_owned(),
+    ])
+    .chain(candidates.iter().enumerate().filter_map(|(i, c)| {
+        let shown = i < FAILURE_TABLE_ROWS || mark(&c.name) != "  ";
+        shown.then(|| {
+            [
+                mark(&c.name).to_owned(),
+                c.name.clone(),
+                c.emulation_version.clone(),
+                c.binary_version.clone(),
+                created(c),
+                pairs(&c.labels),
+                pairs(&c.annotations),
+            ]
+        })
+    }))
+    .collect();
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "    candidates ({}; > expected, < actual):",
+        candidates.len()
+    );
+    for row in &rows {
+        let mut line = String::from("    ");
+        for (cell, width) in row.iter().zip(widths) {
+            let _ = write!(line, "{cell:<width$} ");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let hidden = candidates.len() + 1 - rows.len();
+    if hidden > 0 {
+        let _ = writeln!(out, "    ... and {hidden} more");
+    }
+    out
+}
+
 fn show(leader: Option<&str>) -> String {
     leader.map_or_else(|| "none".to_owned(), |name| format!("{name:?}"))
 }
@@ -276,6 +462,11 @@ fn test(
         .with_context(|| format!("cannot read vectors {}", vectors.display()))?;
     let file: VectorFile = serde_json::from_str(&text)
         .with_context(|| format!("invalid vector file {}", vectors.display()))?;
+    for case in &file.cases {
+        case.expect
+            .check(&case.name)
+            .with_context(|| format!("invalid vector file {}", vectors.display()))?;
+    }
     let target = Target::load(plugin, args)?;
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in &file.cases {
@@ -286,7 +477,6 @@ fn test(
             .unwrap_or(&file.strategy);
         let settings = case.settings.as_ref().or(file.settings.as_ref());
         let request = case_request(case, name, settings);
-        let expected = case.expect.leader.as_deref();
         if !target.plugin.strategies.iter().any(|s| s == name) {
             failed += 1;
             println!(
@@ -297,27 +487,19 @@ fn test(
             );
             continue;
         }
-        match target.engine.elect(name, &request) {
-            Ok(actual) if actual.as_deref() == expected => {
+        let outcome = target.engine.elect(name, &request);
+        match case.expect.judge(&outcome) {
+            Ok(what) => {
                 passed += 1;
-                println!("PASS {}: leader {}", case.name, show(expected));
+                println!("PASS {}: {what}", case.name);
             }
-            Ok(actual) => {
+            Err(why) => {
                 failed += 1;
-                println!(
-                    "FAIL {}: expected leader {}, got {}",
-                    case.name,
-                    show(expected),
-                    show(actual.as_deref())
-                );
-            }
-            Err(error) => {
-                failed += 1;
-                println!(
-                    "FAIL {}: expected leader {}, got error ({}): {error}",
-                    case.name,
-                    show(expected),
-                    error.kind()
+                println!("FAIL {}: {why}", case.name);
+                let actual = outcome.as_ref().ok().and_then(Option::as_deref);
+                print!(
+                    "{}",
+                    failure_table(&request, &case.expect, actual, outcome.as_ref().err())
                 );
             }
         }
@@ -366,7 +548,9 @@ fn inspect(plugin: &str, args: &EngineArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A deterministic election with `n` candidates of mixed versions and ages.
+/// A deterministic election with `n` candidates of mixed versions and ages, spread over zones
+/// `zone-a`..`zone-d` (label `topology.kubernetes.io/zone`), two in three with a priority
+/// annotation (`coordination.conclave.dev/priority`), so every rule has real data to rank.
 fn bench_request(strategy: &str, n: usize) -> ElectionRequest {
     let now = Timestamp::from_secs(1_800_000_000);
     let candidates = (0..n)
@@ -382,8 +566,21 @@ fn bench_request(strategy: &str, n: usize) -> ElectionRequest {
                 )),
                 renew_time: Some(now),
                 ping_time: None,
-                labels: vec![("app.kubernetes.io/name".into(), "bench".into())],
-                annotations: Vec::new(),
+                labels: vec![
+                    ("app.kubernetes.io/name".into(), "bench".into()),
+                    (
+                        "topology.kubernetes.io/zone".into(),
+                        format!("zone-{}", ["a", "b", "c", "d"][i % 4]),
+                    ),
+                ],
+                annotations: if i % 3 == 0 {
+                    Vec::new()
+                } else {
+                    vec![(
+                        "coordination.conclave.dev/priority".into(),
+                        ((i * 37) % 100 + 1).to_string(),
+                    )]
+                },
             }
         })
         .collect();
@@ -459,14 +656,20 @@ fn bench(
     candidates: usize,
     iterations: usize,
     strategy: Option<&str>,
+    settings: Option<&str>,
     args: &EngineArgs,
 ) -> anyhow::Result<ExitCode> {
     if iterations == 0 {
         bail!("--iterations must be positive");
     }
+    if let Some(settings) = settings {
+        serde_json::from_str::<serde_json::Value>(settings)
+            .with_context(|| format!("--settings is not valid JSON: {settings}"))?;
+    }
     let target = Target::load(plugin, args)?;
     let strategy = target.strategy(strategy);
-    let request = bench_request(&strategy, candidates);
+    let mut request = bench_request(&strategy, candidates);
+    request.settings = settings.unwrap_or_default().to_owned();
     println!(
         "plugin {} ({} bytes, {} in {:.1} ms), strategy {strategy}, {candidates} candidates, {iterations} decisions",
         target.plugin.source,
