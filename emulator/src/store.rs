@@ -48,16 +48,16 @@ pub(crate) struct Event {
     /// Event type.
     pub kind: EventType,
     /// The object after the change (for deletes: the last state, with the deletion's version).
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The object before the change, so selector watches see objects enter and leave.
-    pub prev: Option<Value>,
+    pub prev: Option<Arc<Value>>,
     /// `object` serialised once, shared by every watch.
     pub object_json: String,
 }
 
 struct State {
     rv: u64,
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Arc<Value>>,
     history: VecDeque<Arc<Event>>,
     /// Every change after this version is in `history`; older starting points get 410.
     compacted: u64,
@@ -183,8 +183,8 @@ impl Store {
         res: usize,
         ns: &str,
         kind: EventType,
-        object: Value,
-        prev: Option<Value>,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
     ) {
         let object_json = object.to_string();
         let event = Arc::new(Event {
@@ -218,7 +218,7 @@ impl Store {
         self.lock()
             .objects
             .get(&key(res, ns, name))
-            .cloned()
+            .map(|o| Value::clone(o))
             .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
     }
 
@@ -278,7 +278,7 @@ impl Store {
                 remaining += 1;
                 continue;
             }
-            let mut item = obj.clone();
+            let mut item = Value::clone(obj);
             if let Some(m) = item.as_object_mut() {
                 m.remove("apiVersion");
                 m.remove("kind");
@@ -372,8 +372,9 @@ impl Store {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
             meta.insert("creationTimestamp".into(), json!(now));
         }
-        st.objects.insert(k, obj.clone());
-        self.emit(&mut st, res, ns, EventType::Added, obj.clone(), None);
+        let stored = Arc::new(obj.clone());
+        st.objects.insert(k, stored.clone());
+        self.emit(&mut st, res, ns, EventType::Added, stored, None);
         Ok(obj)
     }
 
@@ -383,7 +384,7 @@ impl Store {
         st: &mut State,
         res: usize,
         ns: &str,
-        old: &Value,
+        old: &Arc<Value>,
         mut new: Value,
         writer: Writer<'_>,
     ) -> Result<Value, ApiError> {
@@ -440,7 +441,7 @@ impl Store {
             );
         }
         if fields::comparable(&new) == fields::comparable(old) {
-            return Ok(old.clone());
+            return Ok(Value::clone(old));
         }
         st.rv += 1;
         let rv = st.rv;
@@ -451,26 +452,13 @@ impl Store {
                 .pointer("/metadata/finalizers")
                 .and_then(Value::as_array)
                 .is_none_or(Vec::is_empty);
+        let stored = Arc::new(new.clone());
         if finalized {
             st.objects.remove(&k);
-            self.emit(
-                st,
-                res,
-                ns,
-                EventType::Deleted,
-                new.clone(),
-                Some(old.clone()),
-            );
+            self.emit(st, res, ns, EventType::Deleted, stored, Some(old.clone()));
         } else {
-            st.objects.insert(k, new.clone());
-            self.emit(
-                st,
-                res,
-                ns,
-                EventType::Modified,
-                new.clone(),
-                Some(old.clone()),
-            );
+            st.objects.insert(k, stored.clone());
+            self.emit(st, res, ns, EventType::Modified, stored, Some(old.clone()));
         }
         Ok(new)
     }
@@ -529,7 +517,7 @@ impl Store {
         let info = &RESOURCES[res];
         let mut st = self.lock();
         let old = st.objects.get(&key(res, ns, name)).cloned();
-        let (new, writer) = change(old.as_ref())?;
+        let (new, writer) = change(old.as_deref())?;
         let requested_rv = meta_str(&new, "resourceVersion").to_string();
         match old {
             None => {
@@ -556,9 +544,16 @@ impl Store {
     fn remove_object(&self, st: &mut State, res: usize, ns: &str, name: &str) -> Option<Value> {
         let old = st.objects.remove(&key(res, ns, name))?;
         st.rv += 1;
-        let mut last = old.clone();
+        let mut last = Value::clone(&old);
         meta_mut(&mut last).insert("resourceVersion".into(), json!(st.rv.to_string()));
-        self.emit(st, res, ns, EventType::Deleted, last.clone(), Some(old));
+        self.emit(
+            st,
+            res,
+            ns,
+            EventType::Deleted,
+            Arc::new(last.clone()),
+            Some(old),
+        );
         Some(last)
     }
 
@@ -608,7 +603,9 @@ impl Store {
             for (r, n) in contained {
                 self.remove_object(&mut st, r, name, &n);
             }
-            let mut last = self.remove_object(&mut st, res, "", name).unwrap_or(old);
+            let mut last = self
+                .remove_object(&mut st, res, "", name)
+                .unwrap_or_else(|| Value::clone(&old));
             let now = objects::now_rfc3339();
             meta_mut(&mut last).insert("deletionTimestamp".into(), json!(now));
             last["status"] = json!({ "phase": "Terminating" });
@@ -620,9 +617,9 @@ impl Store {
             .is_some_and(|f| !f.is_empty());
         if has_finalizers {
             if old.pointer("/metadata/deletionTimestamp").is_some() {
-                return Ok(Deleted::Marked(old));
+                return Ok(Deleted::Marked(Value::clone(&old)));
             }
-            let mut marked = old.clone();
+            let mut marked = Value::clone(&old);
             {
                 let meta = meta_mut(&mut marked);
                 meta.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
@@ -630,18 +627,14 @@ impl Store {
             }
             st.rv += 1;
             meta_mut(&mut marked).insert("resourceVersion".into(), json!(st.rv.to_string()));
-            st.objects.insert(key(res, ns, name), marked.clone());
-            self.emit(
-                &mut st,
-                res,
-                ns,
-                EventType::Modified,
-                marked.clone(),
-                Some(old),
-            );
+            let stored = Arc::new(marked.clone());
+            st.objects.insert(key(res, ns, name), stored.clone());
+            self.emit(&mut st, res, ns, EventType::Modified, stored, Some(old));
             return Ok(Deleted::Marked(marked));
         }
-        let last = self.remove_object(&mut st, res, ns, name).unwrap_or(old);
+        let last = self
+            .remove_object(&mut st, res, ns, name)
+            .unwrap_or_else(|| Value::clone(&old));
         Ok(Deleted::Gone(last))
     }
 
@@ -701,7 +694,7 @@ impl Store {
             st.objects
                 .iter()
                 .filter(|((r, kns, _), obj)| in_scope(*r, kns) && filter.matches(obj))
-                .map(|(_, o)| o.clone())
+                .map(|(_, o)| Value::clone(o))
                 .collect()
         };
         match start {

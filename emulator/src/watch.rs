@@ -128,7 +128,7 @@ impl Sender {
                     .await
             }
             (EventType::Modified, true, false) => {
-                let mut gone = ev.prev.clone().unwrap_or(Value::Null);
+                let mut gone = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
                 gone["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
                 self.object(EventType::Deleted, &gone, None).await
             }
