@@ -73,7 +73,7 @@ async fn creates_the_lease_for_the_oldest_emulation_version() {
         record.elected_by_conclave,
         "annotation elected-by: conclave"
     );
-    assert_eq!(record.lease_duration_seconds, Some(15));
+    assert_eq!(record.lease_duration_seconds, Some(5));
     assert!(record.renew_time.is_some() && record.acquire_time.is_some());
     wait_event(&client, NS, "l", "Elected").await;
 }

@@ -120,8 +120,10 @@ pub struct RunArgs {
     /// This replica's identity; default: hostname, process id and a nonce.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// `leaseDurationSeconds` written into Leases Conclave assigns.
-    #[arg(long, env = "CONCLAVE_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    /// `leaseDurationSeconds` written into Leases Conclave assigns (upstream: 5). It only bounds
+    /// how long a newly elected holder has to start renewing (its renewals write its own duration),
+    /// and how long a pre-empted holder that never steps down keeps the Lease.
+    #[arg(long, env = "CONCLAVE_LEASE_DURATION_SECONDS", default_value_t = 5)]
     pub lease_duration_seconds: i32,
     /// Duration of the controller's own Lease.
     #[arg(long, env = "CONCLAVE_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]

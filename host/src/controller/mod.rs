@@ -87,7 +87,7 @@ impl Default for ControllerConfig {
             workers: 4,
             ack_window: Duration::from_secs(5),
             candidate_gc_after: Duration::from_secs(30 * 60),
-            lease_duration_seconds: 15,
+            lease_duration_seconds: 5,
             mode: Mode::Auto,
             identity: "conclave".into(),
             controller_namespace: "conclave-system".into(),
