@@ -507,3 +507,64 @@ async fn plugin_errors_leave_the_lease_as_it_is() {
         .unwrap()
         .expect("the controller survives plugin errors and stops cleanly");
 }
+
+/// One plain HTTP/1.1 GET; returns the status line and the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_health_and_readiness_are_served() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        probe.local_addr().expect("addr")
+    };
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(addr);
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let body = loop {
+        let (status, body) = http_get(addr, "/metrics").await;
+        if status.contains("200")
+            && body.contains("conclave_elections_total{strategy=\"OldestEmulationVersion\",outcome=\"create\"} 1")
+        {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metrics never showed the election: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for name in [
+        "conclave_election_latency_seconds",
+        "conclave_plugin_call_seconds",
+        "conclave_managed_leases 1",
+        "conclave_active 1",
+    ] {
+        assert!(body.contains(name), "{name} missing from /metrics:\n{body}");
+    }
+    assert!(http_get(addr, "/healthz").await.0.contains("200"));
+    assert!(http_get(addr, "/readyz").await.0.contains("200"));
+}
