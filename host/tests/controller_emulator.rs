@@ -568,3 +568,36 @@ async fn metrics_health_and_readiness_are_served() {
     assert!(http_get(addr, "/healthz").await.0.contains("200"));
     assert!(http_get(addr, "/readyz").await.0.contains("200"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_takes_over_when_the_active_replica_shuts_down() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let own: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let first = start(client.clone(), config(NS, "replica-1"));
+    let active = wait_lease(&own, "conclave-controller", "an active replica", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    assert_eq!(active.holder(), Some("replica-1"));
+    let second = start(client.clone(), config(NS, "replica-2"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected by replica-1", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+
+    // SIGTERM path: in-flight work finishes, the Lease is released, the follower takes over at
+    // once (its caches are warm) and keeps electing.
+    first.stop().await;
+    wait_lease(&own, "conclave-controller", "replica-2 active", |r| {
+        r.holder() == Some("replica-2")
+    })
+    .await;
+    let _b = candidate(&client, "b", "m", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "m", "b elected by replica-2", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    second.stop().await;
+}
