@@ -336,7 +336,8 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Bind { addr, source })?;
-        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        let bound = listener.local_addr().unwrap_or(addr);
+        tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
         tasks.spawn(http::serve(
             listener,
             Arc::new(registry),
