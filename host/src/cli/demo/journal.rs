@@ -2,8 +2,9 @@
 //! and feeds the hand-off measurements and the summary table.
 //!
 //! A hand-off is measured from the moment it was asked for (the leader was told to stop, or the
-//! controller wrote `preferredHolder`, as observed on the Lease watch) to the old leader's release
-//! and to the new leader's first term, all wall-clock times taken in this process.
+//! controller's `preferredHolder` was first seen, by the demo's Lease watch or by the leader
+//! stepping down, whichever came first) to the old leader's release and to the new leader's
+//! first term, all wall-clock times taken in this process.
 
 use super::LeaseId;
 use conclave_core::time::Timestamp;
@@ -407,9 +408,20 @@ impl Journal {
                 reason,
                 work,
             } => {
+                let phase = self.phase;
                 let track = self.leases.entry(lease).or_default();
                 if track.leader.as_deref() == Some(identity.as_str()) {
                     track.leader = None;
+                    // The leader may see preferredHolder before the demo's own watch does.
+                    if reason == "preempted" && track.pending.is_none() {
+                        track.pending = Some(Pending {
+                            from: identity.clone(),
+                            kind: HandoffKind::Preempted,
+                            phase,
+                            asked: at,
+                            released: None,
+                        });
+                    }
                 }
                 let entry = self.record.work.entry(identity.clone()).or_default();
                 entry.1 += work;
@@ -792,6 +804,67 @@ mod tests {
             record.overlaps.is_empty(),
             "each leader stopped before the next"
         );
+    }
+
+    #[test]
+    fn a_leader_stepping_down_before_the_watch_sees_preferred_holder_is_a_preemption() {
+        let (mut j, _events, _rx) = journal(at(0), Box::new(std::io::sink()));
+        feed(&mut j, 0, leading("b"));
+        feed(
+            &mut j,
+            1000,
+            What::StoppedLeading {
+                lease: LeaseId::Main,
+                identity: "b".into(),
+                term: 1,
+                reason: "preempted",
+                work: 1,
+            },
+        );
+        feed(
+            &mut j,
+            1005,
+            What::LeaseState {
+                lease: LeaseId::Main,
+                holder: Some("b".into()),
+                preferred: Some("c".into()),
+                pick: "c".into(),
+            },
+        );
+        feed(
+            &mut j,
+            1010,
+            What::Released {
+                lease: LeaseId::Main,
+                identity: "b".into(),
+            },
+        );
+        feed(&mut j, 1050, leading("c"));
+        let handoffs = &j.record.handoffs;
+        assert_eq!(handoffs.len(), 1);
+        assert_eq!(handoffs[0].kind, HandoffKind::Preempted);
+        assert_eq!(handoffs[0].total, Duration::from_millis(50));
+        assert_eq!(
+            handoffs[0].asked_to_released,
+            Some(Duration::from_millis(10))
+        );
+    }
+
+    #[test]
+    fn a_holder_that_never_led_is_reassigned_not_handed_off() {
+        let (mut j, _events, _rx) = journal(at(0), Box::new(std::io::sink()));
+        feed(
+            &mut j,
+            0,
+            What::LeaseState {
+                lease: LeaseId::Main,
+                holder: Some("a".into()),
+                preferred: Some("b".into()),
+                pick: "b".into(),
+            },
+        );
+        feed(&mut j, 50, leading("b"));
+        assert!(j.record.handoffs.is_empty());
     }
 
     #[test]
