@@ -238,9 +238,12 @@ pub async fn run_demo(
             },
             ..Namespace::default()
         };
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &object)
+        let namespaces = Api::<Namespace>::all(client.clone());
+        let params = PostParams::default();
+        let create = namespaces.create(&params, &object);
+        tokio::time::timeout_at(scenario_deadline, create)
             .await
+            .map_err(|_| anyhow::anyhow!("the API server did not answer within --duration"))?
             .with_context(|| format!("creating namespace {namespace}"))?;
     }
 
@@ -381,7 +384,10 @@ pub async fn run_demo(
     }
     observer_stop.cancel();
     let _ = observer_task.await;
-    let cleanup = if own_namespace {
+    let cleanup = async {
+        if !own_namespace {
+            return delete_demo_leases(&client, &namespace, &leases).await;
+        }
         match &target {
             Target::Emulator(_) => Ok(()),
             Target::Cluster => Api::<Namespace>::all(client.clone())
@@ -390,9 +396,10 @@ pub async fn run_demo(
                 .map(|_| ())
                 .with_context(|| format!("deleting namespace {namespace}")),
         }
-    } else {
-        delete_demo_leases(&client, &namespace, &leases).await
     };
+    let cleanup = tokio::time::timeout_at(deadline, cleanup)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("clean-up of {namespace} timed out")));
     if let Err(error) = cleanup {
         problems.push(format!("{error:#}"));
     }
