@@ -84,7 +84,7 @@ pub fn run(args: &NewArgs) -> anyhow::Result<()> {
 /// How the new crate depends on the SDK.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Sdk {
-    /// A path dependency; the path is relative to the new crate.
+    /// A path dependency: relative to the new crate inside the SDK's checkout, else absolute.
     Path(PathBuf),
     /// A git dependency on [`SDK_GIT`].
     Git,
@@ -116,7 +116,13 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
         .with_context(|| format!("cannot resolve {}", dir.display()))?;
 
     let dependency = match sdk_dir {
-        Some(sdk_dir) => Sdk::Path(relative_path(&crate_dir, sdk_dir)),
+        // Relative inside the checkout (so it can be committed there), absolute outside it.
+        Some(sdk_dir) => match sdk_dir.ancestors().nth(2) {
+            Some(checkout) if crate_dir.starts_with(checkout) => {
+                Sdk::Path(relative_path(&crate_dir, sdk_dir))
+            }
+            _ => Sdk::Path(sdk_dir.to_path_buf()),
+        },
         None => Sdk::Git,
     };
 
@@ -465,6 +471,14 @@ mod tests {
         assert!(!target.join("Cargo.lock").exists());
         let error = scaffold("my-rule", "example.com/my-rule", &target, None).unwrap_err();
         assert!(error.to_string().contains("already exists"), "{error}");
+
+        // An SDK from a checkout the crate is not in is referred to by absolute path.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let sdk_dir = repo.join("strategies/sdk").canonicalize().unwrap();
+        let other = dir.path().join("other");
+        let sdk = scaffold("other", "example.com/other", &other, Some(&sdk_dir)).unwrap();
+        assert_eq!(sdk, Sdk::Path(sdk_dir));
+        assert!(other.join("Cargo.lock").is_file());
     }
 
     #[test]
