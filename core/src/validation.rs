@@ -241,7 +241,7 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
         }
         _ => {
             errors.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
                 regex_error(QUALIFIED_NAME_MSG, QUALIFIED_NAME_REGEX, &["MyName", "my.name", "123-abc"])
             ));
             return errors;

@@ -678,11 +678,6 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
     transcript
 }
 
-/// Steps whose message text comes from conclave-core's validation, whose wording for a
-/// multi-slash strategy ("a qualified name must consist of ...") differs from kube-apiserver
-/// v1.37 ("a valid label key must consist of ..."). Status code and field are still compared.
-const KNOWN_CORE_WORDING: &[&str] = &["too many slashes"];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emulator_matches_kube_apiserver() {
     let (emulator, client) = common::start().await;
@@ -714,18 +709,6 @@ async fn emulator_matches_kube_apiserver() {
     let mut differences = Vec::new();
     assert_eq!(ours.len(), theirs.len());
     for (a, b) in ours.iter().zip(theirs.iter()) {
-        if KNOWN_CORE_WORDING.contains(&a.label)
-            && a.code == b.code
-            && a.body["details"]["causes"][0]["field"] == b.body["details"]["causes"][0]["field"]
-        {
-            if a != b {
-                eprintln!(
-                    "KNOWN DIFFERENCE in conclave-core's message wording (reported to the integrator), step {:?}:\n  emulator:       {}\n  kube-apiserver: {}",
-                    a.label, a.body["message"], b.body["message"]
-                );
-            }
-            continue;
-        }
         if a != b {
             differences.push(format!(
                 "step {:?}:\n  emulator:       {} {}\n  kube-apiserver: {} {}",
