@@ -761,6 +761,147 @@ mod tests {
         assert_eq!(ago(Some(now - Duration::from_secs(7300)), now), "2h01m ago");
     }
 
+    fn candidate(
+        name: &str,
+        lease: &str,
+        versions: (&str, &str),
+        strategy: &str,
+        renewed_ago: i64,
+        pinged_ago: Option<i64>,
+    ) -> LeaseCandidate {
+        let now = jiff::Timestamp::now();
+        let at = |secs: i64| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                now - jiff::SignedDuration::from_secs(secs),
+            )
+        };
+        LeaseCandidate {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    now - jiff::SignedDuration::from_secs(3600),
+                )),
+                ..Default::default()
+            },
+            spec: Some(
+                k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec {
+                    lease_name: lease.into(),
+                    binary_version: versions.0.into(),
+                    emulation_version: Some(versions.1.into()),
+                    strategy: strategy.into(),
+                    renew_time: Some(at(renewed_ago)),
+                    ping_time: pinged_ago.map(at),
+                },
+            ),
+        }
+    }
+
+    fn lease(name: &str, holder: Option<&str>, strategy: Option<&str>) -> Lease {
+        Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: holder.map(Into::into),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    jiff::Timestamp::now(),
+                )),
+                strategy: strategy.map(Into::into),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn the_pick_follows_the_controllers_rules() {
+        let engine = Engine::new(EngineConfig::default()).expect("built-in plugins load");
+        const OEV: &str = "OldestEmulationVersion";
+        let leases = [
+            lease("held", Some("b"), None),
+            lease("unknown", Some("x"), Some("example.com/none")),
+            lease("classic", Some("x"), None),
+        ];
+        let candidates = [
+            // "held": a is best but pinged 10 s ago and never acked (left out); b holds; c is
+            // invalid (binary below emulation); d is stale (renewed 60 s ago, not pinged).
+            candidate("a", "held", ("1.30.0", "1.29.0"), OEV, 600, Some(10)),
+            candidate("b", "held", ("1.31.0", "1.31.0"), OEV, 1, None),
+            candidate("c", "held", ("1.29.0", "1.30.0"), OEV, 1, None),
+            candidate("d", "held", ("1.31.0", "1.30.0"), OEV, 60, None),
+            // "conflict": two candidates at the same binary version disagree.
+            candidate("e", "conflict", ("1.31.0", "1.31.0"), OEV, 1, None),
+            candidate(
+                "f",
+                "conflict",
+                ("1.31.0", "1.31.0"),
+                "example.com/x",
+                1,
+                None,
+            ),
+            // "unknown": names a strategy no plugin implements.
+            candidate(
+                "g",
+                "unknown",
+                ("1.31.0", "1.31.0"),
+                "example.com/none",
+                1,
+                None,
+            ),
+        ];
+        let now = wall_now();
+        let statuses = collect(
+            &leases,
+            &candidates,
+            &engine,
+            now,
+            PredictOptions::default(),
+        );
+        let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["conflict", "held", "unknown"],
+            "classic is not coordinated"
+        );
+
+        let held = &statuses[1];
+        let freshness: Vec<(&str, Freshness)> = held
+            .candidates
+            .iter()
+            .map(|c| (c.view.name.as_str(), c.freshness))
+            .collect();
+        assert_eq!(
+            freshness,
+            [
+                ("a", Freshness::Unresponsive),
+                ("b", Freshness::Fresh),
+                ("c", Freshness::Invalid),
+                ("d", Freshness::Stale),
+            ]
+        );
+        assert_eq!(held.strategy, StrategySource::Candidates(OEV.into()));
+        assert_eq!(
+            held.pick,
+            Pick::Candidate {
+                name: "d".into(),
+                needs_ping: true
+            }
+        );
+        assert!(pick_text(held, now).contains("d (would pre-empt b), after a ping"));
+
+        assert!(matches!(&statuses[0].strategy, StrategySource::Conflict(c) if c.contains("e")));
+        assert!(matches!(&statuses[0].pick, Pick::Unavailable(_)));
+        assert!(
+            matches!(&statuses[2].pick, Pick::Unavailable(why) if why.contains("example.com/none"))
+        );
+        let text = render(&statuses, now);
+        assert!(text.contains("ns/held"), "{text}");
+        assert!(text.contains("b *"), "the holder is marked: {text}");
+    }
+
     #[test]
     fn durations_parse() {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));

@@ -164,6 +164,7 @@ fn discover(wanted: Option<&str>) -> Option<(String, PathBuf)> {
     files.sort_by_key(rank);
     let mut fallback = None;
     for file in files {
+        let file = std::fs::canonicalize(&file).unwrap_or(file);
         let Ok(engine) = Engine::from_file(config(None), &file) else {
             continue;
         };
