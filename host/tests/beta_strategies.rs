@@ -249,6 +249,9 @@ fn bench_runs_each_beta_plugin_at_100_candidates() {
             "100",
             "--iterations",
             "50",
+            // This asserts the answer, not the speed: a loaded CI machine must not trip the limit.
+            "--time-limit-ms",
+            "1000",
         ];
         if let Some(settings) = settings {
             args.extend(["--settings", settings]);
