@@ -196,6 +196,12 @@ pub async fn run_demo(
     out: Box<dyn Write + Send>,
     interrupted: CancellationToken,
 ) -> anyhow::Result<DemoReport> {
+    if args.no_controller && args.kubeconfig.is_none() {
+        anyhow::bail!(
+            "--no-controller needs --kubeconfig: on the embedded API server only the demo's own \
+             controller elects"
+        );
+    }
     let started = Instant::now();
     let deadline = started + args.duration;
     let reserve = (args.duration / 6).clamp(Duration::from_secs(2), Duration::from_secs(5));
