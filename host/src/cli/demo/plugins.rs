@@ -57,11 +57,13 @@ fn choose(engine: &Engine, wanted: Option<&str>) -> Option<(String, PathBuf)> {
         .or_else(|| from_files.into_iter().next())
 }
 
-/// Where the plugin workspace writes its components, relative to the working directory and to
-/// the source tree this binary was built from.
+/// Where the plugin workspace writes its components (`cargo build` in `strategies/`, and the
+/// nested build of host/build.rs), relative to the working directory and to the source tree this
+/// binary was built from.
 fn build_outputs() -> Vec<PathBuf> {
     let relative = [
         "target/wasm/wasm32-wasip2/release",
+        "target/wasm-plugins/wasm32-wasip2/release",
         "strategies/target/wasm32-wasip2/release",
     ];
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
