@@ -73,13 +73,6 @@ impl Runtime {
         })
     }
 
-    /// Epoch ticks to allow for a call with a `time` budget: rounded up, plus one because the
-    /// current tick is already partly over.
-    pub(super) fn deadline_ticks(time: Duration) -> u64 {
-        let ticks = time.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
-        u64::try_from(ticks).unwrap_or(u64::MAX - 1) + 1
-    }
-
     /// Compiles `bytes`, or loads the compiled code from `cache_dir` if an earlier run cached it.
     pub(super) fn compile(
         &self,

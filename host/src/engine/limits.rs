@@ -6,8 +6,8 @@ use std::time::Duration;
 /// bound each election separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Time budget for one call (instantiation plus `elect`), measured with the engine's epoch
-    /// ticker (1 ms resolution); a call past it is interrupted. Sidecar key: `time_ms`.
+    /// CPU-time budget for one call (instantiation plus `elect`), measured on the calling thread
+    /// and checked at every epoch tick (1 ms); a call past it is interrupted. Sidecar key: `time_ms`.
     pub time: Duration,
     /// Largest linear memory, in bytes; growing past it traps. Sidecar key: `memory_bytes`.
     pub memory_bytes: usize,

@@ -7,11 +7,12 @@ use super::convert;
 use super::limits::{CallLimiter, Limits};
 use conclave_core::request::ElectionRequest;
 use conclave_core::time::Timestamp;
+use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -232,8 +233,17 @@ fn new_store(
     };
     let mut store = Store::new(pre.pre.engine(), state);
     store.limiter(|state| &mut state.limiter);
-    store.set_epoch_deadline(Runtime::deadline_ticks(limits.time));
-    store.epoch_deadline_trap();
+    // The budget is CPU time of the calling thread, not wall time, so a loaded machine does not
+    // cut off a good plugin: each epoch tick (1 ms) checks the thread's CPU clock.
+    let deadline = ThreadTime::now().as_duration() + limits.time;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        Ok(if ThreadTime::now().as_duration() >= deadline {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Continue(1)
+        })
+    });
     store
 }
 
