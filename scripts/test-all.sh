@@ -34,6 +34,9 @@ for vectors in tests/vectors/*.json; do
   ./target/debug/conclave strategy test "$wasm" --vectors "$vectors"
 done
 
+echo "== plugin workspace unit tests (native)"
+(cd strategies && cargo test)
+
 echo "== workspace tests"
 cargo test --workspace --no-fail-fast
 
