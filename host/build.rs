@@ -1,5 +1,5 @@
-//! Builds the built-in strategy plugins from source for wasm32-wasip2 and generates
-//! `$OUT_DIR/builtins.rs`, which embeds them with `include_bytes!`, so a plain `cargo build` of the
+//! Builds the strategy plugins from source for wasm32-wasip2 and generates
+//! `$OUT_DIR/builtins.rs`, which embeds the built-in ones with `include_bytes!`, so a plain `cargo build` of the
 //! host yields a `conclave` binary that needs no file at run time.
 //!
 //! The plugins live in their own cargo workspace (`strategies/`). They are built by a nested cargo
@@ -56,9 +56,10 @@ fn main() {
             "--target-dir",
         ])
         .arg(&target_dir);
-    for package in BUILTINS {
-        command.args(["--package", package]);
-    }
+    // The whole plugin workspace is built, though only the built-ins are embedded: the other
+    // plugins land beside them in `<target>/wasm-plugins`, where `conclave demo` finds one for its
+    // plugin Lease without a separate build step.
+    command.arg("--workspace");
     // Settings meant for the host build must not leak into the plugin build.
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
