@@ -1,0 +1,497 @@
+//! Hand-off and crash-failover times of conclave-candidate and of a crates.io peer
+//! (kube-lease-manager), in the same run on the same API server, with equivalent settings:
+//! Lease duration 5 s; conclave renews every 1 s with a 3 s renew deadline; kube-lease-manager
+//! renews 2 s before expiry (grace 2 s).
+//!
+//! Each participant runs on its own Tokio runtime, so a crash (runtime shut down) stops all it
+//! does at once and releases nothing, like kill -9.
+//!
+//! Scenarios:
+//! - coordinated graceful: the (simulated) election controller writes `preferredHolder`; the
+//!   leader drains and releases; the controller elects the other candidate as soon as it sees
+//!   the release. Measured from the preferredHolder write to the release, and to the new leader
+//!   leading.
+//! - classic graceful: the leader shuts down gracefully (drain + release); measured from the
+//!   shutdown request to the other instance leading.
+//! - crash: the leader's runtime is killed; measured until the other instance leads.
+//!
+//! Run: `cargo bench -p conclave-candidate --bench handoff`. Environment: `BENCH_SERVER`
+//! (`emulator` or `real`; default `real` when the control-plane binaries exist), `HANDOFFS`
+//! (default 50), `PEER_HANDOFFS` (default 20), `CRASHES` (default 5), `BENCH_LIBS` (comma-separated
+//! subset of `coordinated`, `classic`, `lease-manager`).
+
+use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term, Transition};
+use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use conclave_testkit::{BuiltinControllerHold, ControlPlane};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const NAMESPACE: &str = "default";
+const WAIT: Duration = Duration::from_secs(120);
+const LEASE_SECONDS: u64 = 5;
+
+enum Server {
+    Emulator(RunningEmulator),
+    Real {
+        plane: Box<ControlPlane>,
+        /// Keeps kube-apiserver's own election controller passive while the bench runs.
+        _hold: BuiltinControllerHold,
+    },
+}
+
+impl Server {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Emulator(_) => "conclave emulator",
+            Self::Real { .. } => "kube-apiserver v1.37.2 + etcd",
+        }
+    }
+
+    async fn client(&self) -> Client {
+        match self {
+            Self::Emulator(emulator) => {
+                Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap()
+            }
+            Self::Real { plane, .. } => plane.client().await.unwrap(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Coordinated,
+    Classic,
+    LeaseManager,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ev {
+    Leading,
+    Released,
+}
+
+type Events = mpsc::UnboundedSender<(String, Ev, Instant)>;
+
+/// One instance, on its own runtime.
+struct Participant {
+    who: String,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: CancellationToken,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+fn lease_config(lease: &str, who: &str) -> LeaseConfig {
+    let mut config = LeaseConfig::new(NAMESPACE, lease, who);
+    config.lease_duration = Duration::from_secs(LEASE_SECONDS);
+    config.renew_deadline = Duration::from_secs(3);
+    config.retry_period = Duration::from_secs(1);
+    config
+}
+
+impl Participant {
+    fn start(kind: Kind, server: Arc<Server>, lease: &str, who: &str, events: Events) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let stop = CancellationToken::new();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let (token, lease, name) = (stop.clone(), lease.to_owned(), who.to_owned());
+        runtime.spawn(async move {
+            let client = server.client().await;
+            match kind {
+                Kind::Coordinated | Kind::Classic => {
+                    let config = lease_config(&lease, &name);
+                    let elector = if kind == Kind::Coordinated {
+                        let candidate =
+                            CandidateConfig::new("1.33.0", "1.33.0", "OldestEmulationVersion");
+                        Elector::coordinated(client, config, candidate).unwrap()
+                    } else {
+                        Elector::classic(client, config).unwrap()
+                    };
+                    let mut transitions = elector.handle().transitions();
+                    let (events, who) = (events.clone(), name.clone());
+                    tokio::spawn(async move {
+                        while let Ok(t) = transitions.recv().await {
+                            let ev = match t {
+                                Transition::Leading { .. } => Ev::Leading,
+                                Transition::Released { .. } => Ev::Released,
+                                _ => continue,
+                            };
+                            let _ = events.send((who.clone(), ev, Instant::now()));
+                        }
+                    });
+                    let lead = |term: Term| async move {
+                        let worker = term.clone();
+                        term.spawn(async move { worker.cancelled().await });
+                    };
+                    elector.run(lead, token).await.unwrap();
+                }
+                Kind::LeaseManager => {
+                    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &lease)
+                        .with_namespace(NAMESPACE)
+                        .with_identity(&name)
+                        .with_duration(LEASE_SECONDS)
+                        .with_grace(2)
+                        .build()
+                        .await
+                        .unwrap();
+                    let (mut state, task) = manager.watch().await;
+                    loop {
+                        tokio::select! {
+                            () = token.cancelled() => break,
+                            changed = state.changed() => {
+                                if changed.is_err() {
+                                    break;
+                                }
+                                if *state.borrow_and_update() {
+                                    let _ = events.send((name.clone(), Ev::Leading, Instant::now()));
+                                }
+                            }
+                        }
+                    }
+                    let was_leader = *state.borrow();
+                    // Closing the channel makes the manager release the Lease and return.
+                    drop(state);
+                    let _ = task.await;
+                    if was_leader {
+                        let _ = events.send((name.clone(), Ev::Released, Instant::now()));
+                    }
+                }
+            }
+            let _ = done_tx.send(());
+        });
+        Self {
+            who: who.to_owned(),
+            runtime: Some(runtime),
+            stop,
+            done,
+        }
+    }
+
+    /// Graceful stop; returns when the instance has finished (released).
+    async fn stop(mut self) {
+        self.stop.cancel();
+        let runtime = self.runtime.take().unwrap();
+        let done = self.done;
+        tokio::task::spawn_blocking(move || {
+            done.recv_timeout(WAIT).expect("participant stops");
+            runtime.shutdown_timeout(Duration::from_secs(10))
+        })
+        .await
+        .unwrap();
+    }
+
+    /// kill -9.
+    async fn crash(mut self) {
+        let runtime = self.runtime.take().unwrap();
+        tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    }
+}
+
+/// Receives participant events, keeping the ones not asked for yet.
+struct Inbox {
+    rx: mpsc::UnboundedReceiver<(String, Ev, Instant)>,
+    buffer: Vec<(String, Ev, Instant)>,
+}
+
+impl Inbox {
+    async fn wait(&mut self, who: &str, ev: Ev, after: Instant) -> Instant {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(i) = self
+                .buffer
+                .iter()
+                .position(|(w, e, at)| w == who && *e == ev && *at >= after)
+            {
+                return self.buffer.remove(i).2;
+            }
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(event)) => self.buffer.push(event),
+                _ => panic!("timed out waiting for {who} {ev:?}"),
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+        self.buffer.clear();
+    }
+}
+
+/// The simulated election controller: elects `target` into a missing, released or expired
+/// Lease (as kube-apiserver's and Conclave's controllers do), reacting to watch events.
+fn controller(client: Client, lease: String, target: Arc<Mutex<String>>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, NAMESPACE);
+        let config = watcher::Config::default().fields(&format!("metadata.name={lease}"));
+        let mut events = watcher(api.clone(), config).default_backoff().boxed();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = events.next() => {}
+                _ = tick.tick() => {}
+            }
+            let next = target.lock().unwrap().clone();
+            let now = jiff::Timestamp::now();
+            let elect = |mut lease: Lease| {
+                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+                spec.holder_identity = Some(next.clone());
+                spec.lease_duration_seconds = Some(5);
+                spec.renew_time = Some(MicroTime(now));
+                spec.acquire_time = None;
+                spec.preferred_holder = None;
+                spec.strategy = Some("OldestEmulationVersion".into());
+                lease
+            };
+            match api.get_opt(&lease).await {
+                Ok(None) => {
+                    let new = elect(Lease {
+                        metadata: ObjectMeta {
+                            name: Some(lease.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        spec: None,
+                    });
+                    let _ = api.create(&PostParams::default(), &new).await;
+                }
+                Ok(Some(current)) => {
+                    let record = conclave_core::k8s::lease_record(&current);
+                    if record.is_free(conclave_core::k8s::timestamp(now)) {
+                        let _ = api
+                            .replace(&lease, &PostParams::default(), &elect(current))
+                            .await;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
+
+async fn set_preferred(client: &Client, lease: &str, preferred: &str) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    loop {
+        let mut current = api.get(lease).await.unwrap();
+        let spec = current.spec.get_or_insert_with(LeaseSpec::default);
+        spec.preferred_holder = Some(preferred.into());
+        match api.replace(lease, &PostParams::default(), &current).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d);
+    }
+
+    fn quantile(&self, q: f64) -> Duration {
+        let mut v = self.0.clone();
+        v.sort();
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    }
+}
+
+struct Row {
+    library: &'static str,
+    scenario: &'static str,
+    samples: Samples,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+/// Graceful hand-offs and crashes for one library, alternating between two instances.
+async fn run_library(
+    kind: Kind,
+    server: Arc<Server>,
+    handoffs: usize,
+    crashes: usize,
+    rows: &mut Vec<Row>,
+) {
+    let library = match kind {
+        Kind::Coordinated => "conclave-candidate (coordinated)",
+        Kind::Classic => "conclave-candidate (classic)",
+        Kind::LeaseManager => "kube-lease-manager 0.13",
+    };
+    let lease = format!("bench-{kind:?}").to_lowercase();
+    let client = server.client().await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut inbox = Inbox {
+        rx,
+        buffer: Vec::new(),
+    };
+    let mut generation = 0;
+    let mut spawn = |prefix: &str| {
+        generation += 1;
+        Participant::start(
+            kind,
+            server.clone(),
+            &lease,
+            &format!("{prefix}-{generation}"),
+            tx.clone(),
+        )
+    };
+    let first = spawn("a");
+    let target = Arc::new(Mutex::new(first.who.clone()));
+    let controller_stop = CancellationToken::new();
+    if kind == Kind::Coordinated {
+        controller(
+            client.clone(),
+            lease.clone(),
+            target.clone(),
+            controller_stop.clone(),
+        );
+    }
+    let start = Instant::now() - Duration::from_secs(1);
+    inbox.wait(&first.who, Ev::Leading, start).await;
+    let mut leader = first;
+    let mut follower = spawn("b");
+    // Let the follower settle (registered, watching).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    inbox.clear();
+
+    let mut released = Samples::default();
+    let mut leading = Samples::default();
+    for _ in 0..handoffs {
+        *target.lock().unwrap() = follower.who.clone();
+        let t0 = Instant::now();
+        if kind == Kind::Coordinated {
+            set_preferred(&client, &lease, &follower.who).await;
+            released.push(inbox.wait(&leader.who, Ev::Released, t0).await - t0);
+            leading.push(inbox.wait(&follower.who, Ev::Leading, t0).await - t0);
+            std::mem::swap(&mut leader, &mut follower);
+        } else {
+            let old = std::mem::replace(&mut leader, follower);
+            let who = old.who.clone();
+            let stopping = tokio::spawn(old.stop());
+            released.push(inbox.wait(&who, Ev::Released, t0).await - t0);
+            leading.push(inbox.wait(&leader.who, Ev::Leading, t0).await - t0);
+            stopping.await.unwrap();
+            follower = spawn("r");
+        }
+        // Let the new follower settle before the next hand-off.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        inbox.clear();
+    }
+    let graceful_release = if kind == Kind::Coordinated {
+        "graceful: preferredHolder -> released"
+    } else {
+        "graceful: shutdown -> released"
+    };
+    let graceful_leading = if kind == Kind::Coordinated {
+        "graceful: preferredHolder -> new leader"
+    } else {
+        "graceful: shutdown -> new leader"
+    };
+    rows.push(Row {
+        library,
+        scenario: graceful_release,
+        samples: released,
+    });
+    rows.push(Row {
+        library,
+        scenario: graceful_leading,
+        samples: leading,
+    });
+
+    let mut failover = Samples::default();
+    for _ in 0..crashes {
+        *target.lock().unwrap() = follower.who.clone();
+        let old = std::mem::replace(&mut leader, follower);
+        let t0 = Instant::now();
+        old.crash().await;
+        failover.push(inbox.wait(&leader.who, Ev::Leading, t0).await - t0);
+        follower = spawn("c");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        inbox.clear();
+    }
+    rows.push(Row {
+        library,
+        scenario: "crash (kill) -> new leader",
+        samples: failover,
+    });
+    leader.stop().await;
+    follower.stop().await;
+    controller_stop.cancel();
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() {
+    let handoffs = env_usize("HANDOFFS", 50);
+    let peer_handoffs = env_usize("PEER_HANDOFFS", 20);
+    let crashes = env_usize("CRASHES", 5);
+    let want_real = std::env::var("BENCH_SERVER").map_or(true, |s| s != "emulator");
+    let plane = if want_real {
+        ControlPlane::start().await.unwrap()
+    } else {
+        None
+    };
+    let server = match plane {
+        Some(plane) => {
+            // Keep kube-apiserver's own election controller passive: the bench elects.
+            let hold = plane.hold_builtin_controller_lease().await.unwrap();
+            Server::Real {
+                plane: Box::new(plane),
+                _hold: hold,
+            }
+        }
+        None => Server::Emulator(Emulator::start(EmulatorConfig::default()).await.unwrap()),
+    };
+    let server = Arc::new(server);
+    let mut rows = Vec::new();
+    let only = std::env::var("BENCH_LIBS").unwrap_or_default();
+    for (name, kind, n) in [
+        ("coordinated", Kind::Coordinated, handoffs),
+        ("classic", Kind::Classic, handoffs),
+        ("lease-manager", Kind::LeaseManager, peer_handoffs),
+    ] {
+        if only.is_empty() || only.split(',').any(|o| o == name) {
+            run_library(kind, server.clone(), n, crashes, &mut rows).await;
+        }
+    }
+    println!(
+        "\nServer: {}; Lease duration {LEASE_SECONDS} s; conclave renew 1 s / deadline 3 s; kube-lease-manager grace 2 s\n",
+        server.name()
+    );
+    println!("| library | scenario | n | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|");
+    for row in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            row.library,
+            row.scenario,
+            row.samples.0.len(),
+            ms(row.samples.quantile(0.5)),
+            ms(row.samples.quantile(0.99)),
+            ms(row.samples.quantile(1.0)),
+        );
+    }
+}
