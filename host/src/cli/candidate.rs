@@ -92,6 +92,9 @@ pub fn run(args: CandidateArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
+    // Handle SIGTERM from the start: a stop request while connecting still stops cleanly.
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
     let client = client(args.kubeconfig.as_ref()).await?;
     let lease = LeaseConfig {
         namespace: args.namespace.clone(),
@@ -117,8 +120,6 @@ async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
             println!("{}", transition_json(&transition));
         }
     });
-    let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
     let work = Duration::from_millis(args.work_ms);
     let result = elector
         .run(move |term: Term| lead(term, work), shutdown)
