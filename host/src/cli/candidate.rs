@@ -95,7 +95,7 @@ async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
     // Handle SIGTERM from the start: a stop request while connecting still stops cleanly.
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = super::kube_client(args.kubeconfig.as_deref()).await?;
     let lease = LeaseConfig {
         namespace: args.namespace.clone(),
         name: args.lease.clone(),
@@ -200,25 +200,6 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     tracing::info!("shutting down: leaving the election");
     shutdown.cancel();
 }
-
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    // kube's rustls needs a process-wide crypto provider; a second install is harmless.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

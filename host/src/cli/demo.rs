@@ -225,7 +225,7 @@ pub async fn run_demo(
             (Target::Emulator(emulator), client, server)
         }
         Some(path) => {
-            let client = status::client(Some(path)).await?;
+            let client = super::kube_client(Some(path)).await?;
             let server = format!("the cluster of {}", path.display());
             (Target::Cluster, client, server)
         }

@@ -156,28 +156,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the Tokio runtime")?;
     runtime.block_on(serve(args))
 }
-
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    // kube's rustls needs a process-wide crypto provider; ignore "already installed".
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a cluster (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(EngineConfig {
         plugins_dir: args.plugins.clone(),
@@ -189,7 +167,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     for info in engine.strategies() {
         tracing::info!(strategy = %info.name, "strategy available");
     }
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = super::kube_client(args.kubeconfig.as_deref()).await?;
     let config = ControllerConfig {
         namespaces: args.namespaces,
         workers: args.workers,

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `conclave status`.
@@ -60,28 +60,6 @@ pub(crate) fn parse_duration(input: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|e| format!("{input:?} is not a duration (try 500ms, 5s, 2m): {e}"))?;
     Duration::try_from(signed).map_err(|_| format!("{input:?} must not be negative"))
-}
-
-/// Builds a client from `kubeconfig`, or from the usual places when `None`.
-pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
-    // kube's rustls needs a process-wide crypto provider; "already installed" is fine.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "finding a cluster ($KUBECONFIG, ~/.kube/config or in-cluster); use --kubeconfig",
-        )?,
-    };
-    Client::try_from(config).context("building the Kubernetes client")
 }
 
 /// Where a candidate stands, as the controller would see it now.
@@ -401,7 +379,7 @@ fn ago(at: Option<Timestamp>, now: Timestamp) -> String {
 }
 
 /// Lays out rows as left-aligned columns separated by two spaces, each line prefixed by `indent`.
-fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+pub(crate) fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
@@ -580,7 +558,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let engine = engine(args.plugins.clone(), args.allow_wasi)?;
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let client = super::kube_client(args.kubeconfig.as_deref()).await?;
     let options = PredictOptions {
         ack_window: args.ack_window,
         candidate_gc_after: args.candidate_gc_after,

@@ -7,6 +7,7 @@
 //! first term, all wall-clock times taken in this process.
 
 use super::LeaseId;
+use crate::cli::status::table;
 use conclave_core::time::Timestamp;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
@@ -672,33 +673,6 @@ pub fn summary(record: &Record, leases: &[LeaseId]) -> String {
         }
     }
     out
-}
-
-/// Lays out rows as left-aligned columns.
-fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let mut line = String::from(indent);
-        for (i, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                line.extend(std::iter::repeat_n(
-                    ' ',
-                    widths[i] - cell.chars().count() + 2,
-                ));
-            }
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
 }
 
 #[cfg(test)]
