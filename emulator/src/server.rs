@@ -502,8 +502,19 @@ impl Handler<'_> {
                     return Err(ApiError::bad_request(format!("{field} must be set")));
                 }
             }
-            let config = self.normalize(raw, &mut warnings)?;
+            let mut config = self.normalize(raw, &mut warnings)?;
             self.check_namespace_matches(&config)?;
+            // An apply configuration may leave the name to the URL, as kube-apiserver allows
+            // (clients such as kube-lease-manager send none).
+            if meta_str(&config, "name").is_empty()
+                && let Some(meta) = config.as_object_mut().and_then(|obj| {
+                    obj.entry("metadata")
+                        .or_insert_with(|| Value::Object(Default::default()))
+                        .as_object_mut()
+                })
+            {
+                meta.insert("name".into(), Value::String(name.to_string()));
+            }
             let body_name = meta_str(&config, "name");
             if body_name != name {
                 return Err(ApiError::bad_request(format!(

@@ -772,3 +772,33 @@ async fn events_from_the_kube_recorder_are_stored() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_takes_the_name_from_the_url_when_the_body_has_none() {
+    let (_emulator, client) = common::start().await;
+    let leases: Api<Lease> = Api::namespaced(client, "default");
+    let applied = leases
+        .patch(
+            "nameless",
+            &PatchParams::apply("lease-manager"),
+            &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "spec": {"holderIdentity": "a", "leaseDurationSeconds": 5}
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.metadata.name.as_deref(), Some("nameless"));
+    assert_eq!(
+        leases
+            .get("nameless")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("a")
+    );
+}
