@@ -279,6 +279,15 @@ async fn real_schedulers_oldest_leads_and_a_preempted_scheduler_steps_down() {
     })
     .await;
     let first_holder = first.holder().unwrap().to_owned();
+    // A coordinated client that sees preferredHolder before its first renewal never leads, and
+    // so never steps down: wait until the scheduler has renewed the Lease itself.
+    wait_lease(
+        &leases,
+        "kube-scheduler",
+        "the first holder to renew the Lease itself",
+        |r| r.holder() == Some(first_holder.as_str()) && r.renew_time > first.renew_time,
+    )
+    .await;
     let _older = cp.start_scheduler(Some("1.35")).expect("scheduler 1.35");
     let _middle = cp.start_scheduler(Some("1.36")).expect("scheduler 1.36");
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "kube-system");
