@@ -11,33 +11,12 @@ mod common;
 
 use common::*;
 use conclave_emulator::{Failure, Verb};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-fn conclave_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("CONCLAVE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/conclave")
-        });
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CONCLAVE_REQUIRE_BIN").is_none(),
-        "{} missing",
-        path.display()
-    );
-    eprintln!(
-        "SKIP: {} missing; run cargo build -p conclave",
-        path.display()
-    );
-    None
-}
 
 /// (identity, event, term, start-or-end time)
 type Lines = Arc<Mutex<Vec<(String, String, u64, jiff::Timestamp)>>>;

@@ -11,29 +11,7 @@ mod common;
 
 use common::*;
 use conclave_candidate::{CandidateConfig, Elector, LeaderState, StopReason, Transition};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-
-fn conclave_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("CONCLAVE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/conclave")
-        });
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CONCLAVE_REQUIRE_BIN").is_none(),
-        "{} missing (cargo build -p conclave)",
-        path.display()
-    );
-    eprintln!(
-        "SKIP: {} missing; run cargo build -p conclave",
-        path.display()
-    );
-    None
-}
 
 /// `conclave run`, killed on drop.
 struct Controller(Child);

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -214,4 +215,28 @@ pub fn idle_leader()
             term.cancelled().await;
         })
     }
+}
+
+/// The `conclave` binary for tests that run the real controller or example component as
+/// processes: `$CONCLAVE_BIN` or `target/debug/conclave`. `None` (with a SKIP line) when it is
+/// missing, unless `CONCLAVE_REQUIRE_BIN` is set, which makes that a failure.
+pub fn conclave_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("CONCLAVE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/conclave")
+        });
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CONCLAVE_REQUIRE_BIN").is_none(),
+        "{} missing (cargo build -p conclave)",
+        path.display()
+    );
+    eprintln!(
+        "SKIP: {} missing; run cargo build -p conclave",
+        path.display()
+    );
+    None
 }
