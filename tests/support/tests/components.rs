@@ -120,11 +120,20 @@ async fn oldest_emulation_version_leads(kind: ComponentKind, emulated: &[&str], 
         leader.exit_status().is_none(),
         "the elected {lease_name} exited"
     );
-    let log = std::fs::read_to_string(leader.log_path()).unwrap();
+    // klog buffers its output and flushes every few seconds, so the line may arrive after the
+    // Lease already shows the renewal.
+    let log_path = leader.log_path().to_owned();
     let acquired = format!(r#""Successfully acquired lease" lock="kube-system/{lease_name}""#);
+    let logged = wait_for("the leader's log to show the acquisition", TIMEOUT, || {
+        let contains = std::fs::read_to_string(&log_path)
+            .map(|log| log.contains(&acquired))
+            .unwrap_or(false);
+        async move { Ok(contains.then_some(())) }
+    })
+    .await;
     assert!(
-        log.contains(&acquired),
+        logged.is_ok(),
         "the elected {lease_name}'s log does not show it acquiring the lease: {}",
-        leader.log_path().display()
+        log_path.display()
     );
 }
