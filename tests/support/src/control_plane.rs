@@ -340,6 +340,16 @@ impl ControlPlane {
         Ok(name)
     }
 
+    /// The kube-apiserver process (for [`crate::stall`]).
+    pub(crate) fn apiserver_process(&self) -> &Mutex<ManagedProcess> {
+        &self.apiserver
+    }
+
+    /// The etcd process (for [`crate::stall`]).
+    pub(crate) fn etcd_process(&self) -> &Mutex<ManagedProcess> {
+        &self.etcd
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.names.fetch_add(1, Ordering::Relaxed)
     }

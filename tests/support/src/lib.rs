@@ -13,7 +13,9 @@
 //! `kube-controller-manager` candidates ([`ControlPlane::start_scheduler`],
 //! [`ControlPlane::start_controller_manager`]), keep the apiserver's built-in election controller
 //! passive ([`ControlPlane::hold_builtin_controller_lease`]), and register LeaseCandidates that
-//! answer pings ([`CandidateResponder`]).
+//! answer pings ([`CandidateResponder`]). [`ControlPlane::stall`] and [`ControlPlane::freeze`]
+//! pause kube-apiserver and/or etcd (SIGSTOP, then SIGCONT) to inject API faults on the real
+//! server.
 //!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
@@ -27,6 +29,7 @@ mod control_plane;
 mod holder;
 mod pki;
 mod process;
+mod stall;
 
 pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
 pub use candidate::{CandidateResponder, lease_candidate};
@@ -34,6 +37,7 @@ pub use components::{ComponentKind, KubeComponent};
 pub use control_plane::{ControlPlane, SharedControlPlane};
 pub use holder::BuiltinControllerHold;
 pub use process::ManagedProcess;
+pub use stall::{Stall, StallTarget};
 
 use std::path::PathBuf;
 

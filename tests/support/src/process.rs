@@ -142,16 +142,32 @@ impl ManagedProcess {
     }
 
     /// Sends SIGTERM (a graceful stop: components release their leases) without waiting.
-    #[allow(unsafe_code)]
     pub fn terminate(&mut self) {
-        if self.exit_status().is_none() {
-            let pid = self.child.id() as libc::pid_t;
-            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped
-            // child, so it cannot have been recycled for another process.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Freezes the process with SIGSTOP (it keeps its sockets and state but runs no code until
+    /// [`resume`](Self::resume)). Returns false, sending nothing, if it has already exited.
+    pub fn suspend(&mut self) -> bool {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Lets a process frozen by [`suspend`](Self::suspend) run again (SIGCONT; harmless on a
+    /// running process). Returns false, sending nothing, if it has already exited.
+    pub fn resume(&mut self) -> bool {
+        self.signal(libc::SIGCONT)
+    }
+
+    /// Sends `signal` unless the process has exited; returns whether it was sent.
+    #[allow(unsafe_code)]
+    fn signal(&mut self, signal: libc::c_int) -> bool {
+        if self.exit_status().is_some() {
+            return false;
         }
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped child,
+        // so it cannot have been recycled for another process.
+        unsafe { libc::kill(pid, signal) == 0 }
     }
 
     /// Sends SIGKILL and reaps the process.
