@@ -6,69 +6,10 @@
 mod common;
 
 use common::*;
-use conclave_candidate::{
-    CandidateConfig, Elector, LeaderState, LeaseConfig, StopReason, Transition,
-};
+use conclave_candidate::{CandidateConfig, Elector, LeaderState, StopReason, Transition};
 use conclave_testkit::ControlPlane;
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use std::future::Future;
 use std::time::Duration;
-use tokio::sync::broadcast;
-
-/// Go processes, pings and 5 s controller periods on a shared 2-core machine: be patient.
-const TIMEOUT: Duration = Duration::from_secs(180);
-
-fn config(namespace: &str, lease: &str, identity: &str) -> LeaseConfig {
-    let mut config = lease_config(lease, identity);
-    config.namespace = namespace.into();
-    config
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn transition(
-    events: &mut broadcast::Receiver<Transition>,
-    what: &str,
-    wanted: impl Fn(&Transition) -> bool,
-) -> Transition {
-    tokio::time::timeout(TIMEOUT, async {
-        loop {
-            let t = events.recv().await.expect("elector alive");
-            if wanted(&t) {
-                return t;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-async fn holder(client: &Client, namespace: &str, lease: &str) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    api.get_opt(lease)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-}
 
 fn start(
     client: Client,
@@ -79,7 +20,7 @@ fn start(
 ) -> Running {
     let elector = Elector::coordinated(
         client,
-        config(namespace, "upgrade", identity),
+        lease_config_in(namespace, "upgrade", identity),
         CandidateConfig::new(binary, emulation, STRATEGY),
     )
     .unwrap();
@@ -98,17 +39,21 @@ async fn builtin_controller_elects_the_oldest_and_an_upgrade_hands_over_graceful
     let b = start(cp.client().await.unwrap(), &ns, "b", "1.33.0", "1.31.0");
     let a = start(cp.client().await.unwrap(), &ns, "a", "1.33.0", "1.32.0");
     let mut b_events = b.handle.transitions();
-    eventually("b (oldest emulation version) to lead", || async {
-        (b.handle.is_leading() && holder(&client, &ns, "upgrade").await.as_deref() == Some("b"))
-            .then_some(())
-    })
+    wait_for_within(
+        "b (oldest emulation version) to lead",
+        REAL_WAIT,
+        || async {
+            (b.handle.is_leading() && holder(&client, &ns, "upgrade").await.as_deref() == Some("b"))
+                .then_some(())
+        },
+    )
     .await;
     assert!(!a.handle.is_leading() && !c.handle.is_leading());
 
     // Upgrade: c restarts with a newer version; nothing changes for the leader.
     c.stop().await.unwrap();
     let c = start(cp.client().await.unwrap(), &ns, "c2", "1.34.0", "1.34.0");
-    eventually("c2 registered", || async {
+    wait_for_within("c2 registered", REAL_WAIT, || async {
         c.handle.is_ready().then_some(())
     })
     .await;
@@ -120,7 +65,7 @@ async fn builtin_controller_elects_the_oldest_and_an_upgrade_hands_over_graceful
     // An older candidate joins: the controller sets preferredHolder = d; b hands over gracefully.
     let d = start(cp.client().await.unwrap(), &ns, "d", "1.33.0", "1.30.0");
     let mut d_events = d.handle.transitions();
-    let stopped = transition(&mut b_events, "b stops leading", |t| {
+    let stopped = next_transition_within(&mut b_events, "b stops leading", REAL_WAIT, |t| {
         matches!(t, Transition::StoppedLeading { .. })
     })
     .await;
@@ -128,11 +73,11 @@ async fn builtin_controller_elects_the_oldest_and_an_upgrade_hands_over_graceful
         matches!(&stopped, Transition::StoppedLeading { reason: StopReason::Preempted { preferred_holder }, leaked_tasks: 0, .. } if preferred_holder == "d"),
         "{stopped:?}"
     );
-    let released = transition(&mut b_events, "b releases", |t| {
+    let released = next_transition_within(&mut b_events, "b releases", REAL_WAIT, |t| {
         matches!(t, Transition::Released { .. })
     })
     .await;
-    let leading = transition(&mut d_events, "d leads", |t| {
+    let leading = next_transition_within(&mut d_events, "d leads", REAL_WAIT, |t| {
         matches!(t, Transition::Leading { .. })
     })
     .await;
@@ -165,7 +110,7 @@ async fn a_conclave_candidate_and_a_real_kube_scheduler_share_the_lease() {
     };
     let client = cp.client().await.unwrap();
     let lease = "kube-scheduler";
-    let mut ours = config("kube-system", lease, "conclave-scheduler-a");
+    let mut ours = lease_config_in("kube-system", lease, "conclave-scheduler-a");
     ours.lease_duration = Duration::from_secs(15);
     ours.renew_deadline = Duration::from_secs(10);
     ours.retry_period = Duration::from_secs(2);
@@ -177,7 +122,7 @@ async fn a_conclave_candidate_and_a_real_kube_scheduler_share_the_lease() {
     )
     .unwrap();
     let a = Running::start(elector, idle_leader());
-    eventually("our candidate leads kube-scheduler", || async {
+    wait_for_within("our candidate leads kube-scheduler", REAL_WAIT, || async {
         (a.handle.is_leading()
             && holder(&client, "kube-system", lease).await.as_deref()
                 == Some("conclave-scheduler-a"))
@@ -188,7 +133,7 @@ async fn a_conclave_candidate_and_a_real_kube_scheduler_share_the_lease() {
     // The scheduler registers its candidate and follows.
     let candidates: Api<k8s_openapi::api::coordination::v1beta1::LeaseCandidate> =
         Api::namespaced(client.clone(), "kube-system");
-    eventually("the scheduler's LeaseCandidate", || async {
+    wait_for_within("the scheduler's LeaseCandidate", REAL_WAIT, || async {
         let list = candidates.list(&Default::default()).await.ok()?;
         (list
             .items
@@ -205,7 +150,7 @@ async fn a_conclave_candidate_and_a_real_kube_scheduler_share_the_lease() {
     );
     // We leave gracefully: the built-in controller elects the scheduler.
     a.stop().await.unwrap();
-    let next = eventually("the scheduler to lead", || async {
+    let next = wait_for_within("the scheduler to lead", REAL_WAIT, || async {
         holder(&client, "kube-system", lease)
             .await
             .filter(|h| !h.is_empty() && h != "conclave-scheduler-a")

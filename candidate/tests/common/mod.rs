@@ -1,18 +1,24 @@
 //! Shared helpers: an emulator, fast lease timers, and writes that simulate an election
-//! controller (holder and preferredHolder, each with a resourceVersion precondition).
+//! controller (holder and preferredHolder, each with a resourceVersion precondition); for the
+//! scenarios that run on either server, [`Server`] (the emulator or a real kube-apiserver from
+//! conclave-testkit, with a namespace, a kubeconfig and a scratch directory) and [`ConclaveRun`]
+//! (the `conclave run` controller process electing in that namespace).
 #![allow(dead_code)]
 
 use conclave_candidate::{
     CandidateConfig, Elector, ElectorHandle, LeaderState, LeaseConfig, Term, Transition,
 };
 use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use conclave_testkit::{BuiltinControllerHold, ControlPlane};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -20,6 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Generous bound for waiting on conditions (never a timing assertion).
 pub const WAIT: Duration = Duration::from_secs(60);
+
+/// The same on a real kube-apiserver: Go processes, pings and controller periods on a shared
+/// 2-core machine.
+pub const REAL_WAIT: Duration = Duration::from_secs(180);
 
 pub const NS: &str = "default";
 pub const STRATEGY: &str = "OldestEmulationVersion";
@@ -48,17 +58,33 @@ pub fn lease_config(name: &str, identity: &str) -> LeaseConfig {
     config
 }
 
+/// [`lease_config`] for a Lease in `namespace`.
+pub fn lease_config_in(namespace: &str, name: &str, identity: &str) -> LeaseConfig {
+    let mut config = lease_config(name, identity);
+    config.namespace = namespace.into();
+    config
+}
+
 pub fn candidate_config(emulation: &str) -> CandidateConfig {
     CandidateConfig::new("1.33.0", emulation, STRATEGY)
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, panicking after [`WAIT`].
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    wait_for_within(what, WAIT, check).await
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, panicking after `timeout`.
+pub async fn wait_for_within<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {
             return value;
@@ -80,13 +106,23 @@ pub async fn wait_state(handle: &ElectorHandle, what: &str, wanted: impl Fn(Lead
         .expect("elector alive");
 }
 
-/// Waits for the next transition matching `wanted`.
+/// Waits for the next transition matching `wanted`, panicking after [`WAIT`].
 pub async fn next_transition(
     transitions: &mut broadcast::Receiver<Transition>,
     what: &str,
     wanted: impl Fn(&Transition) -> bool,
 ) -> Transition {
-    tokio::time::timeout(WAIT, async {
+    next_transition_within(transitions, what, WAIT, wanted).await
+}
+
+/// Waits for the next transition matching `wanted`, panicking after `timeout`.
+pub async fn next_transition_within(
+    transitions: &mut broadcast::Receiver<Transition>,
+    what: &str,
+    timeout: Duration,
+    wanted: impl Fn(&Transition) -> bool,
+) -> Transition {
+    tokio::time::timeout(timeout, async {
         loop {
             let t = transitions.recv().await.expect("transition channel open");
             if wanted(&t) {
@@ -112,6 +148,19 @@ pub async fn get_spec(client: &Client, name: &str) -> Option<LeaseSpec> {
         .await
         .expect("get lease")
         .map(|l| l.spec.unwrap_or_default())
+}
+
+/// The Lease's holderIdentity; `None` when it names nobody, does not exist, or cannot be read
+/// (tests read it while they inject API faults).
+pub async fn holder(client: &Client, namespace: &str, lease: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(lease)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
 }
 
 pub fn now_micro() -> MicroTime {
@@ -239,4 +288,188 @@ pub fn conclave_binary() -> Option<PathBuf> {
         path.display()
     );
     None
+}
+
+/// Numbers scratch directories within one test binary.
+static SCRATCH_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A directory under the system temp dir for kubeconfigs and process logs. Removed on drop,
+/// unless the test is panicking: then it is kept and its path printed, for the logs.
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn new(name: &str) -> Self {
+        let seq = SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "conclave-candidate-{name}-{}-{seq}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test logs kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// The API server behind a [`Server`].
+pub enum Backend {
+    /// conclave-emulator, in process: faults are injected through [`RunningEmulator::faults`].
+    Emulator(RunningEmulator),
+    /// A dedicated kube-apiserver + etcd from conclave-testkit: faults are stalls
+    /// ([`ControlPlane::stall`]), which also affect the whole control plane, hence not shared.
+    Real(Box<ControlPlane>),
+}
+
+/// Where a scenario runs: the emulator or a real kube-apiserver, a namespace of its own there,
+/// a kubeconfig for processes, and a scratch directory for their logs. Scenarios written against
+/// it run unchanged on both.
+pub struct Server {
+    backend: Backend,
+    namespace: String,
+    kubeconfig: PathBuf,
+    scratch: ScratchDir,
+}
+
+impl Server {
+    /// A fresh emulator on a free port; the scenario uses namespace [`NS`].
+    pub async fn emulator(name: &str) -> Self {
+        let emulator = emulator().await;
+        let scratch = ScratchDir::new(name);
+        let kubeconfig = scratch.path().join("kubeconfig");
+        emulator
+            .write_kubeconfig(&kubeconfig)
+            .expect("write kubeconfig");
+        Self {
+            backend: Backend::Emulator(emulator),
+            namespace: NS.into(),
+            kubeconfig,
+            scratch,
+        }
+    }
+
+    /// A dedicated control plane (`ControlPlane::start`) and a fresh namespace `<name>-<n>` in
+    /// it. `None`, after a SKIP line, when the binaries are missing and `CONCLAVE_REQUIRE_KUBE`
+    /// is unset; the test should return.
+    ///
+    /// Dedicated rather than `ControlPlane::shared`, because scenarios on it hold the built-in
+    /// election controller passive and stall the apiserver, both control-plane wide.
+    pub async fn real(name: &str) -> Option<Self> {
+        let plane = ControlPlane::start().await.expect("control plane starts")?;
+        let namespace = plane.namespace(name).await.expect("create namespace");
+        let kubeconfig = plane.kubeconfig_path().to_owned();
+        Some(Self {
+            backend: Backend::Real(Box::new(plane)),
+            namespace,
+            kubeconfig,
+            scratch: ScratchDir::new(name),
+        })
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// "emulator" or "kube-apiserver", for messages.
+    pub fn kind(&self) -> &'static str {
+        match self.backend {
+            Backend::Emulator(_) => "emulator",
+            Backend::Real(_) => "kube-apiserver",
+        }
+    }
+
+    /// A fresh admin client with its own connection pool.
+    pub async fn client(&self) -> Client {
+        match &self.backend {
+            Backend::Emulator(emulator) => client(emulator),
+            Backend::Real(plane) => plane.client().await.expect("client builds"),
+        }
+    }
+
+    /// The namespace of the scenario's Leases and LeaseCandidates.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// An admin kubeconfig for child processes (`conclave run`, `conclave candidate`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where child processes write their logs (kept if the test fails).
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// How long to wait for a condition here: [`WAIT`] or [`REAL_WAIT`].
+    pub fn patience(&self) -> Duration {
+        match self.backend {
+            Backend::Emulator(_) => WAIT,
+            Backend::Real(_) => REAL_WAIT,
+        }
+    }
+
+    /// [`lease_config`] in this server's namespace.
+    pub fn lease_config(&self, lease: &str, identity: &str) -> LeaseConfig {
+        lease_config_in(&self.namespace, lease, identity)
+    }
+}
+
+/// `conclave run` (Conclave's controller, the binary) electing every Lease (`--mode all`) in the
+/// server's namespace, with its own HA Lease there too; killed on drop. On the real server it
+/// holds kube-apiserver's built-in election controller passive while it lives, so that only
+/// Conclave elects.
+pub struct ConclaveRun {
+    child: Child,
+    /// Released only after `Drop` below has killed `conclave run`.
+    _hold: Option<BuiltinControllerHold>,
+}
+
+impl ConclaveRun {
+    /// Takes the built-in controller hold (real server), then starts `conclave run`, logging
+    /// (stdout and stderr) to `controller.log` in the server's scratch directory.
+    pub async fn start(binary: &Path, server: &Server) -> Self {
+        let hold = match server.backend() {
+            Backend::Emulator(_) => None,
+            Backend::Real(plane) => Some(
+                plane
+                    .hold_builtin_controller_lease()
+                    .await
+                    .expect("built-in election controller passive"),
+            ),
+        };
+        let log = std::fs::File::create(server.scratch().join("controller.log"))
+            .expect("create controller log");
+        let child = Command::new(binary)
+            .args(["run", "--kubeconfig"])
+            .arg(server.kubeconfig())
+            .args(["--namespace", server.namespace()])
+            .args(["--controller-namespace", server.namespace()])
+            // `auto` would leave OldestEmulationVersion to the (held) built-in controller.
+            .args(["--mode", "all", "--metrics-addr", "127.0.0.1:0"])
+            .env("NO_COLOR", "1")
+            .stdout(log.try_clone().expect("clone log file"))
+            .stderr(log)
+            .spawn()
+            .expect("conclave run starts");
+        Self { child, _hold: hold }
+    }
+}
+
+impl Drop for ConclaveRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
