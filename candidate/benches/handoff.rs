@@ -1,10 +1,16 @@
-//! Hand-off and crash-failover times of conclave-candidate and of a crates.io peer
-//! (kube-lease-manager), in the same run on the same API server, with equivalent settings:
-//! Lease duration 5 s; conclave renews every 1 s with a 3 s renew deadline; kube-lease-manager
-//! renews 2 s before expiry (grace 2 s).
+//! Hand-off and crash-failover times of conclave-candidate and of the crates.io peers
+//! kube-lease-manager and kube-leader-election, in the same run on the same API server, with
+//! equivalent settings: Lease duration 5 s; conclave renews every 1 s with a 3 s renew deadline;
+//! kube-lease-manager renews 2 s before expiry (grace 2 s); kube-leader-election calls
+//! `try_acquire_or_renew()` every 1 s (it has no other setting).
 //!
-//! Each participant runs on its own Tokio runtime, so a crash (runtime shut down) stops all it
-//! does at once and releases nothing, like kill -9.
+//! conclave-candidate and kube-lease-manager run in this process, each instance on its own Tokio
+//! runtime, so a crash (runtime shut down) stops all it does at once and releases nothing, like
+//! kill -9. kube-leader-election 0.44 is built on kube 4, which the main workspace does not
+//! carry, so its instances are processes of `kle-peer` (`tests/peers/kube-leader-election`, its
+//! own workspace, built here with `cargo build --locked` into `target/peers`): the graceful stop
+//! is SIGTERM (the peer calls `step_down()`), the crash is SIGKILL, and each event is timed when
+//! its JSON line arrives through the peer's stdout pipe, so those rows include one pipe hop.
 //!
 //! Scenarios:
 //! - coordinated graceful: the (simulated) election controller writes `preferredHolder`; the
@@ -13,12 +19,13 @@
 //!   leading.
 //! - classic graceful: the leader shuts down gracefully (drain + release); measured from the
 //!   shutdown request to the other instance leading.
-//! - crash: the leader's runtime is killed; measured until the other instance leads.
+//! - crash: the leader's runtime is killed (the peer process: SIGKILL); measured until the other
+//!   instance leads.
 //!
-//! Run: `cargo bench -p conclave-candidate --bench handoff`. Environment: `BENCH_SERVER`
-//! (`emulator` or `real`; default `real` when the control-plane binaries exist), `HANDOFFS`
-//! (default 50), `PEER_HANDOFFS` (default 20), `CRASHES` (default 5), `BENCH_LIBS` (comma-separated
-//! subset of `coordinated`, `classic`, `lease-manager`).
+//! Run: `cargo bench --profile dev -p conclave-candidate --bench handoff`. Environment:
+//! `BENCH_SERVER` (`emulator` or `real`; default `real` when the control-plane binaries exist),
+//! `HANDOFFS` (default 50), `PEER_HANDOFFS` (default 20), `CRASHES` (default 5), `BENCH_LIBS`
+//! (comma-separated subset of `coordinated`, `classic`, `lease-manager`, `leader-election`).
 
 use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term, Transition};
 use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
@@ -29,8 +36,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -38,9 +49,15 @@ use tokio_util::sync::CancellationToken;
 const NAMESPACE: &str = "default";
 const WAIT: Duration = Duration::from_secs(120);
 const LEASE_SECONDS: u64 = 5;
+/// kube-leader-election's `try_acquire_or_renew()` period: conclave's retry period.
+const KLE_RETRY_MS: u64 = 1000;
 
 enum Server {
-    Emulator(RunningEmulator),
+    Emulator {
+        emulator: RunningEmulator,
+        /// Written for the `kle-peer` processes.
+        kubeconfig: PathBuf,
+    },
     Real {
         plane: Box<ControlPlane>,
         /// Keeps kube-apiserver's own election controller passive while the bench runs.
@@ -51,17 +68,25 @@ enum Server {
 impl Server {
     fn name(&self) -> &'static str {
         match self {
-            Self::Emulator(_) => "conclave emulator",
+            Self::Emulator { .. } => "conclave emulator",
             Self::Real { .. } => "kube-apiserver v1.37.2 + etcd",
         }
     }
 
     async fn client(&self) -> Client {
         match self {
-            Self::Emulator(emulator) => {
+            Self::Emulator { emulator, .. } => {
                 Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap()
             }
             Self::Real { plane, .. } => plane.client().await.unwrap(),
+        }
+    }
+
+    /// A kubeconfig file for the peer processes.
+    fn kubeconfig(&self) -> &Path {
+        match self {
+            Self::Emulator { kubeconfig, .. } => kubeconfig,
+            Self::Real { plane, .. } => plane.kubeconfig_path(),
         }
     }
 }
@@ -71,22 +96,32 @@ enum Kind {
     Coordinated,
     Classic,
     LeaseManager,
+    /// kube-leader-election, in `kle-peer` processes.
+    LeaderElection,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ev {
     Leading,
     Released,
+    Following,
 }
 
 type Events = mpsc::UnboundedSender<(String, Ev, Instant)>;
 
-/// One instance, on its own runtime.
+/// One instance: in this process on its own runtime, or a peer process.
 struct Participant {
     who: String,
-    runtime: Option<tokio::runtime::Runtime>,
-    stop: CancellationToken,
-    done: std::sync::mpsc::Receiver<()>,
+    instance: Instance,
+}
+
+enum Instance {
+    InProcess {
+        runtime: tokio::runtime::Runtime,
+        stop: CancellationToken,
+        done: std::sync::mpsc::Receiver<()>,
+    },
+    Process(Child),
 }
 
 fn lease_config(lease: &str, who: &str) -> LeaseConfig {
@@ -99,6 +134,9 @@ fn lease_config(lease: &str, who: &str) -> LeaseConfig {
 
 impl Participant {
     fn start(kind: Kind, server: Arc<Server>, lease: &str, who: &str, events: Events) -> Self {
+        if kind == Kind::LeaderElection {
+            return Self::start_peer(&server, lease, who, events);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -137,6 +175,7 @@ impl Participant {
                     };
                     elector.run(lead, token).await.unwrap();
                 }
+                Kind::LeaderElection => unreachable!("runs as a process"),
                 Kind::LeaseManager => {
                     let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &lease)
                         .with_namespace(NAMESPACE)
@@ -173,32 +212,159 @@ impl Participant {
         });
         Self {
             who: who.to_owned(),
-            runtime: Some(runtime),
-            stop,
-            done,
+            instance: Instance::InProcess {
+                runtime,
+                stop,
+                done,
+            },
         }
     }
 
-    /// Graceful stop; returns when the instance has finished (released).
-    async fn stop(mut self) {
-        self.stop.cancel();
-        let runtime = self.runtime.take().unwrap();
-        let done = self.done;
-        tokio::task::spawn_blocking(move || {
-            done.recv_timeout(WAIT).expect("participant stops");
-            runtime.shutdown_timeout(Duration::from_secs(10))
-        })
-        .await
-        .unwrap();
+    /// A `kle-peer` process; its stdout lines become events, timed on arrival.
+    fn start_peer(server: &Server, lease: &str, who: &str, events: Events) -> Self {
+        let mut child = Command::new(peer_binary())
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig())
+            .args([
+                "--namespace",
+                NAMESPACE,
+                "--lease",
+                lease,
+                "--identity",
+                who,
+            ])
+            .arg(format!("--lease-duration-seconds={LEASE_SECONDS}"))
+            .arg(format!("--retry-period-ms={KLE_RETRY_MS}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting kle-peer");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let name = who.to_owned();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let at = Instant::now();
+                let line: serde_json::Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("kle-peer {name} printed {line:?}: {e}"));
+                let ev = match line["event"].as_str() {
+                    Some("leading") => Ev::Leading,
+                    Some("released") => Ev::Released,
+                    Some("following") => Ev::Following,
+                    _ => continue,
+                };
+                let _ = events.send((name.clone(), ev, at));
+            }
+        });
+        Self {
+            who: who.to_owned(),
+            instance: Instance::Process(child),
+        }
+    }
+
+    /// Graceful stop (the peer process: SIGTERM); returns when the instance has finished
+    /// (released).
+    async fn stop(self) {
+        match self.instance {
+            Instance::InProcess {
+                runtime,
+                stop,
+                done,
+            } => {
+                stop.cancel();
+                tokio::task::spawn_blocking(move || {
+                    done.recv_timeout(WAIT).expect("participant stops");
+                    runtime.shutdown_timeout(Duration::from_secs(10))
+                })
+                .await
+                .unwrap();
+            }
+            Instance::Process(mut child) => {
+                terminate(&child);
+                let status = tokio::time::timeout(WAIT, child.wait())
+                    .await
+                    .expect("kle-peer stops after SIGTERM")
+                    .unwrap();
+                assert!(
+                    status.success(),
+                    "kle-peer {} exited with {status}",
+                    self.who
+                );
+            }
+        }
     }
 
     /// kill -9.
-    async fn crash(mut self) {
-        let runtime = self.runtime.take().unwrap();
-        tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(10)))
-            .await
-            .unwrap();
+    async fn crash(self) {
+        match self.instance {
+            Instance::InProcess { runtime, .. } => {
+                tokio::task::spawn_blocking(move || {
+                    runtime.shutdown_timeout(Duration::from_secs(10))
+                })
+                .await
+                .unwrap();
+            }
+            Instance::Process(mut child) => {
+                child.kill().await.unwrap();
+            }
+        }
     }
+}
+
+/// Sends SIGTERM to a running child process.
+#[allow(unsafe_code)]
+fn terminate(child: &Child) {
+    let pid = child.id().expect("kle-peer still running") as libc::pid_t;
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped child, so
+    // it cannot have been recycled for another process.
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "SIGTERM to kle-peer {pid}");
+}
+
+/// The `kle-peer` crate: its own workspace, built on kube 4.
+fn peer_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/kube-leader-election")
+}
+
+/// Where [`build_peer`] puts the binary: the main target dir's `peers/` (the peer crate's own
+/// `.cargo/config.toml` names the same directory).
+fn peer_binary() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers/debug/kle-peer")
+}
+
+/// Builds `kle-peer` (quick when it is up to date; a cold build compiles a second kube stack).
+fn build_peer() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building kle-peer in {}", peer_dir().display());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["build", "--locked"])
+        .current_dir(peer_dir())
+        .env(
+            "CARGO_TARGET_DIR",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers"),
+        );
+    // What cargo set for this bench describes this package, not the peer; build scripts that
+    // watch such variables (ring watches CARGO_MANIFEST_DIR) would otherwise rebuild each time
+    // a plain `cargo build` in the peer directory ran in between.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+            || name == "CARGO_TARGET_TMPDIR"
+        {
+            command.env_remove(&*name);
+        }
+    }
+    let status = command.status().expect("running cargo build for kle-peer");
+    assert!(status.success(), "building kle-peer failed: {status}");
 }
 
 /// Receives participant events, keeping the ones not asked for yet.
@@ -334,6 +500,7 @@ async fn run_library(
         Kind::Coordinated => "conclave-candidate (coordinated)",
         Kind::Classic => "conclave-candidate (classic)",
         Kind::LeaseManager => "kube-lease-manager 0.13",
+        Kind::LeaderElection => "kube-leader-election 0.44 (process, +pipe hop)",
     };
     let lease = format!("bench-{kind:?}").to_lowercase();
     let client = server.client().await;
@@ -368,7 +535,8 @@ async fn run_library(
     inbox.wait(&first.who, Ev::Leading, start).await;
     let mut leader = first;
     let mut follower = spawn("b");
-    // Let the follower settle (registered, watching).
+    // Let the follower settle (registered, watching; a peer process has started and polled).
+    settle(&mut inbox, kind, &follower.who, start).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     inbox.clear();
 
@@ -392,6 +560,7 @@ async fn run_library(
             follower = spawn("r");
         }
         // Let the new follower settle before the next hand-off.
+        settle(&mut inbox, kind, &follower.who, start).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         inbox.clear();
     }
@@ -424,6 +593,7 @@ async fn run_library(
         old.crash().await;
         failover.push(inbox.wait(&leader.who, Ev::Leading, t0).await - t0);
         follower = spawn("c");
+        settle(&mut inbox, kind, &follower.who, start).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         inbox.clear();
     }
@@ -435,6 +605,14 @@ async fn run_library(
     leader.stop().await;
     follower.stop().await;
     controller_stop.cancel();
+}
+
+/// Waits until a peer process reports it follows (it has connected and seen the leader); the
+/// in-process instances are ready as soon as they exist.
+async fn settle(inbox: &mut Inbox, kind: Kind, who: &str, since: Instant) {
+    if kind == Kind::LeaderElection {
+        inbox.wait(who, Ev::Following, since).await;
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -449,6 +627,12 @@ async fn main() {
     let handoffs = env_usize("HANDOFFS", 50);
     let peer_handoffs = env_usize("PEER_HANDOFFS", 20);
     let crashes = env_usize("CRASHES", 5);
+    let only = std::env::var("BENCH_LIBS").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|o| o == name);
+    // Before the server starts, so a slow (cold) build does not age it.
+    if wanted("leader-election") {
+        build_peer();
+    }
     let want_real = std::env::var("BENCH_SERVER").map_or(true, |s| s != "emulator");
     let plane = if want_real {
         ControlPlane::start().await.unwrap()
@@ -464,22 +648,32 @@ async fn main() {
                 _hold: hold,
             }
         }
-        None => Server::Emulator(Emulator::start(EmulatorConfig::default()).await.unwrap()),
+        None => {
+            let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+            let kubeconfig =
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("handoff-emulator.kubeconfig");
+            emulator.write_kubeconfig(&kubeconfig).unwrap();
+            Server::Emulator {
+                emulator,
+                kubeconfig,
+            }
+        }
     };
     let server = Arc::new(server);
     let mut rows = Vec::new();
-    let only = std::env::var("BENCH_LIBS").unwrap_or_default();
     for (name, kind, n) in [
         ("coordinated", Kind::Coordinated, handoffs),
         ("classic", Kind::Classic, handoffs),
         ("lease-manager", Kind::LeaseManager, peer_handoffs),
+        ("leader-election", Kind::LeaderElection, peer_handoffs),
     ] {
-        if only.is_empty() || only.split(',').any(|o| o == name) {
+        if wanted(name) {
             run_library(kind, server.clone(), n, crashes, &mut rows).await;
         }
     }
     println!(
-        "\nServer: {}; Lease duration {LEASE_SECONDS} s; conclave renew 1 s / deadline 3 s; kube-lease-manager grace 2 s\n",
+        "\nServer: {}; Lease duration {LEASE_SECONDS} s; conclave renew 1 s / deadline 3 s; \
+         kube-lease-manager grace 2 s; kube-leader-election try_acquire_or_renew every {KLE_RETRY_MS} ms\n",
         server.name()
     );
     println!("| library | scenario | n | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|");
@@ -492,6 +686,15 @@ async fn main() {
             ms(row.samples.quantile(0.5)),
             ms(row.samples.quantile(0.99)),
             ms(row.samples.quantile(1.0)),
+        );
+    }
+    if rows
+        .iter()
+        .any(|row| row.library.starts_with("kube-leader-election"))
+    {
+        println!(
+            "\nkube-leader-election runs in kle-peer processes: SIGTERM/SIGKILL, and each event is \
+             timed when its stdout line arrives (one pipe hop more than the in-process rows)."
         );
     }
 }
