@@ -10,6 +10,8 @@
 //! CI), which turns a missing tool into a failure.
 #![forbid(unsafe_code)]
 
+pub mod image;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -296,15 +298,13 @@ pub fn kind_of(document: &str) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Mints a token for ServiceAccount `namespace/name` with the TokenRequest API (valid one hour)
-/// and writes a kubeconfig at `path` that authenticates with it alone, so whoever uses the file
-/// (kube-rs, kubectl, the controller) has exactly that ServiceAccount's permissions.
-pub async fn service_account_kubeconfig(
+/// Mints a token for ServiceAccount `namespace/name` with the TokenRequest API, valid one hour:
+/// what a kubelet projects into a pod at `/var/run/secrets/kubernetes.io/serviceaccount/token`.
+pub async fn service_account_token(
     plane: &ControlPlane,
     namespace: &str,
     name: &str,
-    path: &Path,
-) -> Result<PathBuf, Error> {
+) -> Result<String, Error> {
     let accounts: Api<ServiceAccount> = Api::namespaced(plane.client().await?, namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -317,13 +317,23 @@ pub async fn service_account_kubeconfig(
     let answer = accounts
         .create_token_request(name, &PostParams::default(), &request)
         .await?;
-    let token = answer
+    answer
         .status
         .map(|s| s.token)
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            Error::Unexpected(format!("TokenRequest for {namespace}/{name}: no token"))
-        })?;
+        .ok_or_else(|| Error::Unexpected(format!("TokenRequest for {namespace}/{name}: no token")))
+}
+
+/// Writes a kubeconfig at `path` that authenticates with a [`service_account_token`] alone, so
+/// whoever uses the file (kube-rs, kubectl, the controller) has exactly that ServiceAccount's
+/// permissions.
+pub async fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    path: &Path,
+) -> Result<PathBuf, Error> {
+    let token = service_account_token(plane, namespace, name).await?;
     let user = format!("system:serviceaccount:{namespace}:{name}");
     let config = serde_json::json!({
         "apiVersion": "v1",

@@ -497,7 +497,12 @@ impl Replica {
         .map(String::from)
         .to_vec();
         args.extend(extra.iter().map(|a| a.to_string()));
-        let process = ManagedProcess::spawn(identity, conclave, &args, &log)
+        Self::spawn(identity, conclave, &args, port, log)
+    }
+
+    /// Starts `program args` as the replica `identity` serving its probes on `port`.
+    fn spawn(identity: &str, program: &Path, args: &[String], port: u16, log: PathBuf) -> Self {
+        let process = ManagedProcess::spawn(identity, program, args, &log)
             .unwrap_or_else(|e| panic!("starting {identity}: {e}"));
         Self {
             identity: identity.to_owned(),
@@ -912,4 +917,216 @@ async fn chart_variants_pass_kubectl_apply_dry_run_server() {
             }
         }
     }
+}
+
+/// The chart's pod, run the way a kubelet would run it, from the image: the Deployment as the API
+/// server stored it from deploy/manifests.yaml supplies the arguments, environment, user,
+/// read-only root and volumes; deploy/Dockerfile's final stage over the static binary supplies
+/// the root; the ServiceAccount token is projected where in-cluster clients look for it, and
+/// `KUBERNETES_SERVICE_HOST`/`_PORT` point at the API server. No kubeconfig, no flag added but
+/// `--mode=all` (the built-in controller is held passive, as with `controller.mode=all`) and a
+/// free metrics port. The pod runs as uid 65532, takes its HA Lease under its pod name, elects,
+/// serves its probes, and is never refused anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_image_runs_the_chart_pod_in_cluster() {
+    use conclave_deploy_tests::image::{
+        ImageConfig, RootFs, Sandbox, Volume, can_sandbox, locate_static_binary,
+    };
+    let Some(binary) = locate_static_binary().expect("locating the static binary") else {
+        return;
+    };
+    if !can_sandbox() {
+        assert!(
+            !conclave_deploy_tests::tools_required(),
+            "running the image root needs root (mount namespaces, chroot)"
+        );
+        eprintln!("SKIP: running the image root needs root");
+        return;
+    }
+    let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
+        return;
+    };
+    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    let admin = plane.client().await.expect("admin client");
+    let _hold = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("keeping the built-in election controller passive");
+    install_and_log_in(&plane, &kubectl_bin).await;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), RELEASE_NAMESPACE)
+        .get(FULL_NAME)
+        .await
+        .expect("the chart's Deployment");
+    let pod = deployment
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec");
+    let container = pod.containers.first().expect("a container").clone();
+    let pod_name = format!("{FULL_NAME}-6f7c9d4b8-x2k4q");
+
+    // The kubelet's projected ServiceAccount volume.
+    let account = tempfile::tempdir().expect("temp dir");
+    let token = conclave_deploy_tests::service_account_token(&plane, RELEASE_NAMESPACE, FULL_NAME)
+        .await
+        .expect("minting a ServiceAccount token");
+    for (file, content) in [
+        ("token", token),
+        (
+            "ca.crt",
+            std::fs::read_to_string(plane.dir().join("ca.crt")).expect("the cluster CA"),
+        ),
+        ("namespace", RELEASE_NAMESPACE.to_owned()),
+    ] {
+        std::fs::write(account.path().join(file), content).expect("writing the token volume");
+    }
+    assert_ne!(
+        pod.automount_service_account_token,
+        Some(false),
+        "the controller authenticates with its projected token"
+    );
+
+    let image = ImageConfig::from_dockerfile().expect("parsing deploy/Dockerfile");
+    let mut sandbox = Sandbox::for_image(&image);
+    let pod_security = pod.security_context.clone().unwrap_or_default();
+    let security = container.security_context.clone().unwrap_or_default();
+    sandbox.user = (
+        security
+            .run_as_user
+            .or(pod_security.run_as_user)
+            .map_or(image.user.0, |id| u32::try_from(id).expect("a uid")),
+        security
+            .run_as_group
+            .or(pod_security.run_as_group)
+            .map_or(image.user.1, |id| u32::try_from(id).expect("a gid")),
+    );
+    sandbox.read_only_root = security.read_only_root_filesystem == Some(true);
+    let server = url_port(plane.server_url());
+    sandbox.env.extend([
+        ("KUBERNETES_SERVICE_HOST".to_owned(), "127.0.0.1".to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), server.to_string()),
+    ]);
+    for var in container.env.clone().unwrap_or_default() {
+        let value = match (var.value, var.value_from) {
+            (Some(value), _) => value,
+            (None, Some(source)) => match source.field_ref.map(|f| f.field_path).as_deref() {
+                Some("metadata.name") => pod_name.clone(),
+                Some("metadata.namespace") => RELEASE_NAMESPACE.to_owned(),
+                other => panic!("env {} from an unmodelled source {other:?}", var.name),
+            },
+            (None, None) => String::new(),
+        };
+        sandbox.env.push((var.name, value));
+    }
+    let volumes = pod.volumes.clone().unwrap_or_default();
+    for mount in container.volume_mounts.clone().unwrap_or_default() {
+        let volume = volumes
+            .iter()
+            .find(|v| v.name == mount.name)
+            .unwrap_or_else(|| panic!("volume {} is not declared", mount.name));
+        assert!(
+            volume.empty_dir.is_some(),
+            "volume {} is not an emptyDir; model it here before relying on it",
+            mount.name
+        );
+        sandbox.volumes.push(Volume::Empty {
+            at: mount.mount_path,
+        });
+    }
+    sandbox.volumes.push(Volume::ReadOnly {
+        source: account.path().to_owned(),
+        at: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+    });
+
+    let port = free_port();
+    let mut argv = container
+        .command
+        .clone()
+        .unwrap_or(image.entrypoint.clone());
+    for arg in container.args.clone().unwrap_or(image.cmd.clone()) {
+        argv.push(match arg.as_str() {
+            "--mode=auto" => "--mode=all".to_owned(),
+            a if a.starts_with("--metrics-addr=") => format!("--metrics-addr=127.0.0.1:{port}"),
+            _ => arg,
+        });
+    }
+    assert!(
+        argv.iter()
+            .any(|a| a.starts_with("--metrics-addr=127.0.0.1")),
+        "the chart sets --metrics-addr: {argv:?}"
+    );
+    let root = RootFs::build(&image, &binary, &sandbox.mount_points()).expect("image root");
+    let line = sandbox.command_line(root.path(), &argv);
+    let replica = Replica::spawn(
+        &pod_name,
+        Path::new(&line[0]),
+        &line[1..],
+        port,
+        plane.dir().join("image-pod.log"),
+    );
+
+    // It runs as the pod's user, not as root.
+    let pid = replica.process.lock().expect("process lock").pid();
+    let uid = wait_for(
+        "the pod's process to run as its user",
+        ELECTION_TIMEOUT,
+        || async {
+            replica.assert_running();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let uid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().next())
+                .map(str::to_owned);
+            Ok(uid.filter(|_| exe.ends_with("conclave")))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
+    assert_eq!(uid, sandbox.user.0.to_string());
+
+    // Its own HA Lease, under its pod name, in the pod's namespace.
+    let own: Api<Lease> = Api::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    wait_for("the pod to take its HA Lease", ELECTION_TIMEOUT, || async {
+        replica.assert_running();
+        Ok(own
+            .get_opt(HA_LEASE)
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|holder| *holder == pod_name))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
+
+    let ns = plane.namespace("image").await.expect("namespace");
+    let responders = register(
+        &admin,
+        &ns,
+        "component",
+        &[("a", "1.36.0"), ("b", "1.37.0")],
+    )
+    .await;
+    let holder = elected_holder(&admin, &ns, "component", &[&replica]).await;
+    assert_eq!(holder, "a", "the oldest emulation version wins");
+    wait_for("the pod to be ready", ELECTION_TIMEOUT, || async {
+        Ok(http_get(port, "/readyz").await)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
+    replica.assert_never_forbidden();
+    replica.stop();
+    drop(responders);
+}
+
+/// The port of an `https://host:port` URL.
+fn url_port(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|port| port.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
 }
