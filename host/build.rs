@@ -13,6 +13,10 @@ use std::process::Command;
 
 /// The built-in plugins: cargo package name in `strategies/`.
 const BUILTINS: &[&str] = &["oldest-emulation-version"];
+/// The plugin `conclave demo` falls back to for its plugin Lease when none is found on disk (a
+/// binary far from its source tree, such as the container image's). It is embedded as bytes and
+/// loaded from a file like any third-party plugin, never registered as a built-in.
+const DEMO_PLUGIN: &str = "priority";
 
 const WASM_TARGET: &str = "wasm32-wasip2";
 
@@ -88,24 +92,37 @@ fn main() {
          pub(crate) const BUILTINS: &[(&str, &[u8])] = &[\n",
     );
     for package in BUILTINS {
-        let wasm = target_dir
-            .join(WASM_TARGET)
-            .join("release")
-            .join(format!("{}.wasm", package.replace('-', "_")));
-        assert!(
-            wasm.is_file(),
-            "plugin build did not produce {}",
-            wasm.display()
-        );
         writeln!(
             generated,
             "    ({package:?}, include_bytes!({:?})),",
-            wasm.display().to_string()
+            built_component(&target_dir, package)
         )
         .expect("writing to a String");
     }
     generated.push_str("];\n");
     std::fs::write(out_dir.join("builtins.rs"), generated).expect("write builtins.rs");
+
+    let demo = format!(
+        "/// The plugin `conclave demo` falls back to, built from `strategies/` by \
+         `host/build.rs`: (package name, component bytes).\n\
+         pub(crate) const DEMO_PLUGIN: (&str, &[u8]) = ({DEMO_PLUGIN:?}, include_bytes!({:?}));\n",
+        built_component(&target_dir, DEMO_PLUGIN)
+    );
+    std::fs::write(out_dir.join("demo_plugin.rs"), demo).expect("write demo_plugin.rs");
+}
+
+/// The component the plugin build produced for `package`, as a path string for `include_bytes!`.
+fn built_component(target_dir: &Path, package: &str) -> String {
+    let wasm = target_dir
+        .join(WASM_TARGET)
+        .join("release")
+        .join(format!("{}.wasm", package.replace('-', "_")));
+    assert!(
+        wasm.is_file(),
+        "plugin build did not produce {}",
+        wasm.display()
+    );
+    wasm.display().to_string()
 }
 
 /// The version of `package` recorded in a Cargo.lock.

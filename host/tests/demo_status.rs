@@ -97,28 +97,28 @@ async fn demo_upgrades_the_component_and_ends_with_the_oldest_candidate_leading(
     );
     assert!(!report.record.acks.is_empty(), "candidates acked the pings");
 
-    match &report.plugin_strategy {
-        Ok(strategy) if strategy == "conclave.dev/priority" => {
-            // replica-2 has the highest priority: after each of its restarts it pre-empts the
-            // interim leader.
-            let plugin_holder = report
-                .final_holders
-                .iter()
-                .find(|(id, _)| *id == LeaseId::Plugin)
-                .and_then(|(_, h)| h.clone());
-            assert_eq!(plugin_holder.as_deref(), Some("replica-2.p"), "{text}");
-            assert!(
-                report
-                    .record
-                    .handoffs
-                    .iter()
-                    .any(|h| h.lease == LeaseId::Plugin && h.kind == HandoffKind::Preempted),
-                "{text}"
-            );
-        }
-        Ok(other) => assert!(text.contains(other.as_str())),
-        Err(why) => assert!(text.contains("plugin Lease: skipped"), "{why}\n{text}"),
-    }
+    // The demo always has a plugin Lease: conclave.dev/priority, built or embedded.
+    assert_eq!(
+        report.plugin_strategy.as_deref(),
+        Ok("conclave.dev/priority"),
+        "{text}"
+    );
+    // replica-2 has the highest priority: after each of its restarts it pre-empts the interim
+    // leader.
+    let plugin_holder = report
+        .final_holders
+        .iter()
+        .find(|(id, _)| *id == LeaseId::Plugin)
+        .and_then(|(_, h)| h.clone());
+    assert_eq!(plugin_holder.as_deref(), Some("replica-2.p"), "{text}");
+    assert!(
+        report
+            .record
+            .handoffs
+            .iter()
+            .any(|h| h.lease == LeaseId::Plugin && h.kind == HandoffKind::Preempted),
+        "{text}"
+    );
     for expected in [
         "Summary",
         "hand-offs; total latency median",

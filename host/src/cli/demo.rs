@@ -5,8 +5,8 @@
 //! (one coordinated elector per Lease per replica, each doing work while it leads). Then it runs
 //! a rolling upgrade 1.36 → 1.37, binary versions first, then emulation versions, and shows live
 //! who leads, who is preferred, the pings, and each hand-off with its latency. A second Lease
-//! uses a plugin strategy (e.g. `conclave.dev/priority`) when one is built. It ends with a
-//! summary table, within `--duration`.
+//! uses a plugin strategy (`conclave.dev/priority`, embedded in the binary, unless another is
+//! built or given). It ends with a summary table, within `--duration`.
 
 pub mod journal;
 mod observe;
@@ -88,7 +88,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub namespace: Option<String>,
     /// Directory of strategy plugins for the controller (as `conclave run --plugins`); default:
-    /// a plugin found in the plugin workspace's build output.
+    /// a plugin found in the plugin workspace's build output, else the one embedded for the demo.
     #[arg(long)]
     pub plugins: Option<PathBuf>,
     /// The plugin strategy of the second Lease; default: conclave.dev/priority if available,

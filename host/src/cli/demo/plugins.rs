@@ -1,9 +1,12 @@
 //! Finding a plugin strategy for the demo's second Lease: from `--plugins DIR` as the controller
-//! would load it, or else from the plugin workspace's build output.
+//! would load it, else from the plugin workspace's build output, else the plugin embedded in this
+//! binary for the purpose (so the demo shows a plugin Lease from a lone binary or image too).
 
 use crate::engine::{Engine, EngineConfig, Limits, PluginSource, default_cache_dir};
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
+
+include!(concat!(env!("OUT_DIR"), "/demo_plugin.rs"));
 
 /// Plugin strategies the demo knows how to set up, best first.
 pub const PREFERRED: &[&str] = &[
@@ -89,39 +92,46 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
             _scratch: None,
         });
     }
-    let found = discover(wanted);
-    let builtins = || Engine::new(config(None)).context("loading the built-in strategies");
-    let Some((strategy, path)) = found else {
-        let hint = "build it with `cd strategies && cargo build --target wasm32-wasip2 --release`, \
-                    or pass --plugins DIR";
-        let why = match wanted {
-            Some(w) => format!("no built plugin implements {w}; {hint}"),
-            None => format!(
-                "no plugin strategy found in {}; {hint}",
-                build_outputs()
-                    .iter()
-                    .take(2)
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            ),
-        };
-        return Ok(Plugins {
-            engine: builtins()?,
+    let builtins_only = |why: String| -> anyhow::Result<Plugins> {
+        Ok(Plugins {
+            engine: Engine::new(config(None)).context("loading the built-in strategies")?,
             strategy: Err(why),
             _scratch: None,
-        });
+        })
     };
-    let scratch = tempfile::Builder::new()
+    // The controller loads plugins from a directory; without a writable one (a read-only root
+    // with no /tmp) the demo goes on with the built-in strategy alone.
+    let scratch = match tempfile::Builder::new()
         .prefix("conclave-demo-plugins-")
         .tempdir()
-        .context("creating a scratch plugin directory")?;
-    let file = path
-        .file_name()
-        .map_or_else(|| PathBuf::from("plugin.wasm"), PathBuf::from);
-    let copy = scratch.path().join(&file);
-    std::fs::copy(&path, &copy)
-        .with_context(|| format!("copying {} to {}", path.display(), copy.display()))?;
+    {
+        Ok(scratch) => scratch,
+        Err(error) => {
+            return builtins_only(format!(
+                "cannot create a scratch plugin directory ({error}); point TMPDIR at a writable one"
+            ));
+        }
+    };
+    let found = match discover(wanted) {
+        Some((strategy, path)) => {
+            let file = path
+                .file_name()
+                .map_or_else(|| PathBuf::from("plugin.wasm"), PathBuf::from);
+            let copy = scratch.path().join(&file);
+            std::fs::copy(&path, &copy)
+                .with_context(|| format!("copying {} to {}", path.display(), copy.display()))?;
+            Some((strategy, path, copy))
+        }
+        None => embedded(scratch.path(), wanted)?,
+    };
+    let Some((strategy, origin, copy)) = found else {
+        let hint = "build it with `cd strategies && cargo build --target wasm32-wasip2 --release`, \
+                    or pass --plugins DIR";
+        return builtins_only(format!(
+            "no built or embedded plugin implements {}; {hint}",
+            wanted.unwrap_or("a plugin strategy")
+        ));
+    };
     if let Some(settings) = settings_for(&strategy) {
         std::fs::write(
             copy.with_extension("json"),
@@ -130,12 +140,33 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
         .context("writing the plugin's settings sidecar")?;
     }
     let engine = Engine::new(config(Some(scratch.path().to_path_buf())))
-        .with_context(|| format!("loading the plugin {}", path.display()))?;
+        .with_context(|| format!("loading the plugin {}", origin.display()))?;
     Ok(Plugins {
         engine,
-        strategy: Ok((strategy, path)),
+        strategy: Ok((strategy, origin)),
         _scratch: Some(scratch),
     })
+}
+
+/// Writes [`DEMO_PLUGIN`] into `dir` and returns the strategy it implements (`wanted`, or its
+/// first domain-prefixed one), a description of where it came from, and the written file; `None`
+/// if it does not implement `wanted`.
+fn embedded(
+    dir: &Path,
+    wanted: Option<&str>,
+) -> anyhow::Result<Option<(String, PathBuf, PathBuf)>> {
+    let (package, bytes) = DEMO_PLUGIN;
+    let file = dir.join(format!("{}.wasm", package.replace('-', "_")));
+    std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
+    let engine = Engine::from_file(config(None), &file)
+        .with_context(|| format!("loading the embedded plugin strategies/{package}"))?;
+    let names: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
+    let strategy = match wanted {
+        Some(wanted) => names.into_iter().find(|n| n == wanted),
+        None => names.into_iter().find(|n| n.contains('/')),
+    };
+    let origin = PathBuf::from(format!("strategies/{package}, embedded in this binary"));
+    Ok(strategy.map(|strategy| (strategy, origin, file)))
 }
 
 /// Looks at each `.wasm` in the build outputs (most likely names first) and returns the first
@@ -187,4 +218,23 @@ fn discover(wanted: Option<&str>) -> Option<(String, PathBuf)> {
         }
     }
     fallback
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_demo_plugin_implements_priority_and_nothing_else_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (strategy, origin, file) = embedded(dir.path(), None).unwrap().expect("a strategy");
+        assert_eq!(strategy, "conclave.dev/priority");
+        assert!(origin.display().to_string().contains("embedded"));
+        assert!(file.starts_with(dir.path()) && file.is_file());
+        assert!(
+            embedded(dir.path(), Some("conclave.dev/zone-affinity"))
+                .unwrap()
+                .is_none()
+        );
+    }
 }
