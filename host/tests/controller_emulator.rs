@@ -8,12 +8,12 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, RunningEmulator, Verb};
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, HolderAudit, WAIT, config, start, wait_event, wait_lease,
+    CoordinatedHolder, HolderAudit, WAIT, config, create_lease, start, wait_event, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use std::time::Duration;
 
@@ -116,24 +116,17 @@ async fn better_candidate_preempts_the_holder_which_steps_down() {
 async fn legacy_holder_keeps_the_lease_until_it_expires() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    leases
-        .create(
-            &PostParams::default(),
-            &Lease {
-                metadata: ObjectMeta {
-                    name: Some("l".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some("legacy".into()),
-                    lease_duration_seconds: Some(3),
-                    renew_time: Some(ago(0)),
-                    ..LeaseSpec::default()
-                }),
-            },
-        )
-        .await
-        .expect("legacy lease");
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            holder_identity: Some("legacy".into()),
+            lease_duration_seconds: Some(3),
+            renew_time: Some(ago(0)),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
     let legacy = CoordinatedHolder::start(leases.clone(), "l", "legacy");
     let _controller = start(client.clone(), config(NS, "c1"));
     let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
@@ -197,22 +190,15 @@ async fn conflicts_and_unknown_strategies_write_nothing() {
 async fn the_leases_own_strategy_is_honoured() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    leases
-        .create(
-            &PostParams::default(),
-            &Lease {
-                metadata: ObjectMeta {
-                    name: Some("l".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    strategy: Some(OEV.into()),
-                    ..LeaseSpec::default()
-                }),
-            },
-        )
-        .await
-        .expect("lease with a strategy");
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            strategy: Some(OEV.into()),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
     let _controller = start(client.clone(), config(NS, "c1"));
     // The candidates ask for a strategy no plugin implements; the Lease's own one wins.
     let _a = candidate(&client, "a", "l", "1.31.0", "1.30.0", "example.com/nope").await;
@@ -446,23 +432,16 @@ impl conclave::controller::Decide for Failing {
 async fn plugin_errors_leave_the_lease_as_it_is() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    leases
-        .create(
-            &PostParams::default(),
-            &Lease {
-                metadata: ObjectMeta {
-                    name: Some("l".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(String::new()),
-                    strategy: Some(OEV.into()),
-                    ..LeaseSpec::default()
-                }),
-            },
-        )
-        .await
-        .unwrap();
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            holder_identity: Some(String::new()),
+            strategy: Some(OEV.into()),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
     let before = leases.get("l").await.unwrap();
     let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
     let shutdown = tokio_util::sync::CancellationToken::new();

@@ -11,12 +11,12 @@ use conclave_core::k8s::lease_record;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
-use controller_support::{CoordinatedHolder, config, start, wait_event, wait_lease};
+use controller_support::{CoordinatedHolder, config, create_lease, start, wait_event, wait_lease};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::path::PathBuf;
@@ -149,24 +149,17 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     .await;
 
     // A legacy holder keeps the Lease until it stops renewing.
-    leases
-        .create(
-            &PostParams::default(),
-            &Lease {
-                metadata: ObjectMeta {
-                    name: Some("legacy".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some("legacy-client".into()),
-                    lease_duration_seconds: Some(3),
-                    renew_time: Some(ago(0)),
-                    ..LeaseSpec::default()
-                }),
-            },
-        )
-        .await
-        .unwrap();
+    create_lease(
+        &leases,
+        "legacy",
+        LeaseSpec {
+            holder_identity: Some("legacy-client".into()),
+            lease_duration_seconds: Some(3),
+            renew_time: Some(ago(0)),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
     let legacy = CoordinatedHolder::start(leases.clone(), "legacy", "legacy-client");
     let _cle = responder(
         &client,

@@ -8,8 +8,9 @@ use conclave_core::k8s::{lease_record, timestamp};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::plan::Mode;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::events::v1::Event;
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,22 @@ use tokio_util::sync::CancellationToken;
 
 /// Generous bound for waiting on conditions (never a timing assertion).
 pub const WAIT: Duration = Duration::from_secs(90);
+
+/// Creates the Lease `name` with `spec` through `leases`, as a component or operator would
+/// before the controller sees it.
+pub async fn create_lease(leases: &Api<Lease>, name: &str, spec: LeaseSpec) -> Lease {
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+    };
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap_or_else(|e| panic!("creating Lease {name}: {e}"))
+}
 
 /// A controller running in this process until dropped or stopped.
 pub struct RunningController {
