@@ -6,8 +6,9 @@
 //! election: renew when holding, acquire when the Lease is missing or expired, otherwise wait).
 //! It prints one JSON line per transition on stdout, flushed at once, in the shape
 //! `conclave candidate` prints: `{"event":"leading","at":RFC3339}`, `stopped-leading`,
-//! `released`, and `following` when it first sees another holder (or after losing the Lease). On SIGTERM (or SIGINT) it steps down through `LeaseLock::step_down()` when leading,
-//! prints `released` and exits 0. SIGKILL is a crash: nothing is released.
+//! `released`, and `following` when it first sees another holder (or after losing the Lease).
+//! On SIGTERM (or SIGINT) it steps down through `LeaseLock::step_down()` when leading, prints
+//! `released` and exits 0. SIGKILL is a crash: nothing is released.
 
 #![forbid(unsafe_code)]
 
