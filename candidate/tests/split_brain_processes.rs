@@ -77,9 +77,10 @@ fn spawn_candidate(
             "--retry-period-ms",
             "300",
         ])
-        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // Logs (info) next to conclave run's, kept if the test fails.
+        .stderr(std::fs::File::create(server.scratch().join(format!("{who}.log"))).unwrap())
         .kill_on_drop(true)
         .spawn()
         .expect("conclave candidate starts");

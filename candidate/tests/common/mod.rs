@@ -298,6 +298,7 @@ static SCRATCH_SEQ: AtomicU64 = AtomicU64::new(0);
 pub struct ScratchDir(PathBuf);
 
 impl ScratchDir {
+    /// Creates `<temp>/conclave-candidate-<name>-<pid>-<n>`.
     pub fn new(name: &str) -> Self {
         let seq = SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -308,6 +309,7 @@ impl ScratchDir {
         Self(dir)
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.0
     }
@@ -377,6 +379,7 @@ impl Server {
         })
     }
 
+    /// The server itself, for what differs between the two (fault injection).
     pub fn backend(&self) -> &Backend {
         &self.backend
     }
