@@ -1,7 +1,7 @@
 //! Under Conclave's own controller (`conclave run`, the binary built from host/): three
 //! candidates on different versions, the oldest emulation version leads; an upgrade hands over
-//! through preferredHolder, the new leader starts only after the old one released, and no
-//! process exits.
+//! through preferredHolder (Conclave records a `Preempted` Event), the new leader starts only
+//! after the old one released, and no process exits.
 //!
 //! One scenario, run twice: on the emulator, and on a real kube-apiserver + etcd from
 //! conclave-testkit (a dedicated control plane, the scenario in a namespace of its own, the
@@ -16,6 +16,8 @@ mod common;
 
 use common::*;
 use conclave_candidate::{CandidateConfig, Elector, LeaderState, StopReason, Transition};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
 use std::path::Path;
 
 const LEASE: &str = "component";
@@ -90,6 +92,20 @@ async fn the_oldest_leads_and_an_upgrade_hands_over_gracefully(server: &Server, 
     assert!(observed_at > released_at, "d started only after b released");
     wait_for_within("the Lease to name d", patience, || async {
         (holder(&client, ns, LEASE).await.as_deref() == Some("d")).then_some(())
+    })
+    .await;
+    // Conclave, not kube-apiserver's (held) controller, asked b to step down.
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    wait_for_within("conclave's Preempted Event", patience, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Preempted")
+                    && e.reporting_controller.as_deref() == Some("conclave")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(LEASE)
+            })
+            .then_some(())
     })
     .await;
     for (name, running) in [("a", &a), ("b", &b), ("c2", &c), ("d", &d)] {
