@@ -12,7 +12,8 @@ use conclave_deploy_tests::{
     kind_of, locate_kubectl, manifests_path, run, service_account_kubeconfig,
 };
 use conclave_testkit::{
-    CandidateResponder, ControlPlane, ManagedProcess, lease_candidate, wait_for,
+    BuiltinControllerHold, CandidateResponder, ControlPlane, ManagedProcess, lease_candidate,
+    wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
@@ -232,6 +233,19 @@ fn describe(check: &Access) -> String {
         check.namespace,
         check.name.map(|n| format!(" name {n}")).unwrap_or_default()
     )
+}
+
+/// A dedicated control plane and an admin client, with kube-apiserver's own election controller
+/// held passive (it would elect OldestEmulationVersion Leases too, beside Conclave); `None` after
+/// a SKIP line.
+async fn plane_with_builtin_held() -> Option<(ControlPlane, Client, BuiltinControllerHold)> {
+    let plane = ControlPlane::start().await.expect("control plane")?;
+    let admin = plane.client().await.expect("admin client");
+    let hold = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("keeping the built-in election controller passive");
+    Some((plane, admin, hold))
 }
 
 /// Applies deploy/manifests.yaml for real (idempotent) and returns a kubeconfig that
@@ -606,15 +620,9 @@ async fn controller_elects_with_only_the_chart_rbac() {
     let Some(conclave) = locate_conclave() else {
         return;
     };
-    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+    let Some((plane, admin, _hold)) = plane_with_builtin_held().await else {
         return;
     };
-    let admin = plane.client().await.expect("admin client");
-    // kube-apiserver's own controller would elect OldestEmulationVersion Leases too.
-    let _hold = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("keeping the built-in election controller passive");
     let sa_kubeconfig = install_and_log_in(&plane, &kubectl_bin).await;
 
     let ns = plane.namespace("elect").await.expect("namespace");
@@ -741,14 +749,9 @@ async fn controller_elects_with_namespaced_chart_rbac() {
     let Some(conclave) = locate_conclave() else {
         return;
     };
-    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+    let Some((plane, admin, _hold)) = plane_with_builtin_held().await else {
         return;
     };
-    let admin = plane.client().await.expect("admin client");
-    let _hold = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("keeping the built-in election controller passive");
     let ns = plane.namespace("team").await.expect("namespace");
     let rendered = conclave_deploy_tests::helm_template(
         &helm,
@@ -946,14 +949,9 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
         return;
     };
-    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+    let Some((plane, admin, _hold)) = plane_with_builtin_held().await else {
         return;
     };
-    let admin = plane.client().await.expect("admin client");
-    let _hold = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("keeping the built-in election controller passive");
     install_and_log_in(&plane, &kubectl_bin).await;
     let deployment = Api::<Deployment>::namespaced(admin.clone(), RELEASE_NAMESPACE)
         .get(FULL_NAME)
