@@ -12,7 +12,7 @@
 //!   rejects them for `v1beta1` as "not a known field selector");
 //! - lists always read the latest state (paging continues from the next key, not from a
 //!   snapshot) and `resourceVersionMatch=Exact` for an older version answers 410;
-//! - `dryRun` is ignored, protobuf and CBOR bodies are refused with 415, and core `v1` Events
+//! - protobuf and CBOR bodies are refused with 415, and core `v1` Events
 //!   and `events.k8s.io/v1` Events are stored separately (no conversion between them);
 //! - deleting a namespace removes its objects at once instead of passing through Terminating;
 //! - server-side apply treats every list as atomic and tracks maps per key.

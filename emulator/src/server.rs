@@ -9,7 +9,7 @@ use crate::patch::{self, PatchType};
 use crate::resources::{self, NAMESPACES, RESOURCES};
 use crate::selector::{FieldSelector, Filter, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Deleted, Store, Writer};
+use crate::store::{Commit, Deleted, Store, Writer};
 use crate::table::{self, IncludeObject};
 use crate::watch::{self, WatchControl, WatchRequest};
 use axum::body::Bytes;
@@ -198,7 +198,7 @@ async fn route(
         Verb::Update => handler.update(body),
         Verb::Patch => handler.patch(body),
         Verb::Delete => handler.delete(body),
-        Verb::DeleteCollection => handler.delete_collection(),
+        Verb::DeleteCollection => handler.delete_collection(body),
     }
 }
 
@@ -429,7 +429,40 @@ impl Handler<'_> {
         Ok(())
     }
 
+    /// The request's `dryRun` option (query parameter, or `dryRun` in a DeleteOptions body):
+    /// absent stores the change, `All` only checks it; anything else is refused as kube-apiserver
+    /// refuses it, naming the options kind of the verb.
+    fn commit(&self, options_kind: &str, from_body: Option<&Value>) -> Result<Commit, ApiError> {
+        let mut values: Vec<String> = self
+            .param("dryRun")
+            .map(str::to_owned)
+            .into_iter()
+            .collect();
+        if let Some(list) = from_body.and_then(Value::as_array) {
+            values.extend(
+                list.iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_owned()),
+            );
+        }
+        if values.is_empty() {
+            return Ok(Commit::Persist);
+        }
+        if values.iter().all(|v| v == "All") {
+            return Ok(Commit::DryRun);
+        }
+        Err(ApiError::invalid_options(
+            options_kind,
+            &[FieldError {
+                kind: FieldErrorKind::NotSupported,
+                path: "dryRun".into(),
+                value: Some(serde_json::to_string(&values).unwrap_or_default()),
+                detail: "supported values: \"All\"".into(),
+            }],
+        ))
+    }
+
     fn create(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let commit = self.commit("CreateOptions", None)?;
         let raw = self.parse_body(body)?;
         let mut warnings = Vec::new();
         let obj = self.normalize(raw, &mut warnings)?;
@@ -438,11 +471,12 @@ impl Handler<'_> {
         let created = self
             .app
             .store
-            .create(self.target.res, self.ns(), obj, &manager)?;
+            .create(self.target.res, self.ns(), obj, &manager, commit)?;
         Ok(self.respond(StatusCode::CREATED, &created, &warnings))
     }
 
     fn update(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let commit = self.commit("UpdateOptions", None)?;
         let raw = self.parse_body(body)?;
         let mut warnings = Vec::new();
         let obj = self.normalize(raw, &mut warnings)?;
@@ -455,10 +489,14 @@ impl Handler<'_> {
             )));
         }
         let manager = self.manager()?;
-        let (created, obj) =
-            self.app
-                .store
-                .replace(self.target.res, self.ns(), self.name(), obj, &manager)?;
+        let (created, obj) = self.app.store.replace(
+            self.target.res,
+            self.ns(),
+            self.name(),
+            obj,
+            &manager,
+            commit,
+        )?;
         let code = if created {
             StatusCode::CREATED
         } else {
@@ -474,6 +512,7 @@ impl Handler<'_> {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let kind = PatchType::from_content_type(content_type)?;
+        let commit = self.commit("PatchOptions", None)?;
         let info = &RESOURCES[self.target.res];
         let name = self.name().to_string();
         let mut warnings = Vec::new();
@@ -534,6 +573,7 @@ impl Handler<'_> {
                         .map_err(|c| ApiError::apply_conflict(&c.0))
                 },
                 &manager,
+                commit,
             )?
         } else {
             let manager = self.manager()?;
@@ -549,6 +589,7 @@ impl Handler<'_> {
                     Ok((obj, Writer::Update("")))
                 },
                 &manager,
+                commit,
             )?;
             warnings.extend(unknown_warnings);
             result
@@ -561,24 +602,29 @@ impl Handler<'_> {
         Ok(self.respond(code, &obj, &warnings))
     }
 
+    /// The DeleteOptions sent as the body of a delete (an empty body is none).
+    fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(json!({}));
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))
+    }
+
     fn delete(&self, body: &[u8]) -> Result<Response, ApiError> {
-        let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
-            json!({})
-        } else {
-            serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
-        };
+        let options = Self::delete_options(body)?;
         let uid = options
             .pointer("/preconditions/uid")
             .and_then(Value::as_str);
         let rv = options
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str);
+        let commit = self.commit("DeleteOptions", options.get("dryRun"))?;
         let info = &RESOURCES[self.target.res];
         match self
             .app
             .store
-            .delete(self.target.res, self.ns(), self.name(), uid, rv)?
+            .delete(self.target.res, self.ns(), self.name(), uid, rv, commit)?
         {
             Deleted::Marked(obj) => Ok(self.respond(StatusCode::OK, &obj, &[])),
             Deleted::Gone(obj) => {
@@ -592,7 +638,9 @@ impl Handler<'_> {
         }
     }
 
-    fn delete_collection(&self) -> Result<Response, ApiError> {
+    fn delete_collection(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let options = Self::delete_options(body)?;
+        let commit = self.commit("DeleteOptions", options.get("dryRun"))?;
         if let Some(ns) = &self.target.namespace
             && !self.app.store.namespace_exists(ns)
         {
@@ -602,6 +650,7 @@ impl Handler<'_> {
             self.target.res,
             self.target.namespace.as_deref(),
             &self.filter()?,
+            commit,
         )?;
         Ok(json_response(StatusCode::OK, &list))
     }

@@ -84,6 +84,17 @@ pub(crate) struct Subscription {
     pub rv: u64,
 }
 
+/// Whether a write is stored, or only checked and answered as kube-apiserver answers a request
+/// with `dryRun=All`: validated, conflicts and preconditions checked, the resulting object
+/// returned, but nothing stored, no resourceVersion spent and no watch event sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Store the change.
+    Persist,
+    /// Check and answer only.
+    DryRun,
+}
+
 /// How an update is recorded in managedFields.
 pub(crate) enum Writer<'a> {
     /// A create, PUT or non-apply PATCH by this manager.
@@ -148,7 +159,7 @@ impl Store {
             let obj =
                 json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } });
             store
-                .create(NAMESPACES, "", obj, "kube-apiserver")
+                .create(NAMESPACES, "", obj, "kube-apiserver", Commit::Persist)
                 .expect("initial namespaces are valid");
         }
         store
@@ -307,6 +318,7 @@ impl Store {
         ns: &str,
         mut obj: Value,
         manager: &str,
+        commit: Commit,
     ) -> Result<Value, ApiError> {
         let info = &RESOURCES[res];
         let mut st = self.lock();
@@ -364,32 +376,37 @@ impl Store {
         if !existing {
             fields::record_update(None, &mut obj, manager, &info.api_version(), &now);
         }
-        st.rv += 1;
-        let rv = st.rv;
         {
             let meta = meta_mut(&mut obj);
             meta.insert("uid".into(), json!(objects::new_uid()));
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
             meta.insert("creationTimestamp".into(), json!(now));
         }
+        // A dry-run create answers with the uid and creationTimestamp it would have set, and no
+        // resourceVersion, as kube-apiserver does.
+        if commit == Commit::DryRun {
+            return Ok(obj);
+        }
+        st.rv += 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(st.rv.to_string()));
         let stored = Arc::new(obj.clone());
         st.objects.insert(k, stored.clone());
         self.emit(&mut st, res, ns, EventType::Added, stored, None);
         Ok(obj)
     }
 
-    /// Writes a new version of an existing object, or returns the old one if nothing changed.
+    /// Writes a new version of the object stored under `k` (with `Commit::DryRun`, only answers
+    /// with it), or returns the old one if nothing changed.
     fn commit_update(
         &self,
         st: &mut State,
-        res: usize,
-        ns: &str,
+        k: Key,
         old: &Arc<Value>,
         mut new: Value,
         writer: Writer<'_>,
+        commit: Commit,
     ) -> Result<Value, ApiError> {
+        let (res, ns, name) = (k.0, k.1.as_str(), k.2.as_str());
         let info = &RESOURCES[res];
-        let name = meta_str(old, "name").to_string();
         {
             let old_meta = old
                 .get("metadata")
@@ -443,10 +460,13 @@ impl Store {
         if fields::comparable(&new) == fields::comparable(old) {
             return Ok(Value::clone(old));
         }
+        // A dry run answers with the object it would store, still at the current resourceVersion.
+        if commit == Commit::DryRun {
+            return Ok(new);
+        }
         st.rv += 1;
         let rv = st.rv;
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let k = key(res, ns, &name);
         let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
             && new
                 .pointer("/metadata/finalizers")
@@ -457,8 +477,16 @@ impl Store {
             st.objects.remove(&k);
             self.emit(st, res, ns, EventType::Deleted, stored, Some(old.clone()));
         } else {
-            st.objects.insert(k, stored.clone());
-            self.emit(st, res, ns, EventType::Modified, stored, Some(old.clone()));
+            // Both under the lock: no reader sees the event without the stored object.
+            self.emit(
+                st,
+                res,
+                ns,
+                EventType::Modified,
+                stored.clone(),
+                Some(old.clone()),
+            );
+            st.objects.insert(k, stored);
         }
         Ok(new)
     }
@@ -471,6 +499,7 @@ impl Store {
         name: &str,
         new: Value,
         manager: &str,
+        commit: Commit,
     ) -> Result<(bool, Value), ApiError> {
         let info = &RESOURCES[res];
         let requested_rv = meta_str(&new, "resourceVersion").to_string();
@@ -482,7 +511,9 @@ impl Store {
             if !info.allow_create_on_update || !requested_rv.is_empty() {
                 return Err(ApiError::not_found(info, name));
             }
-            return self.create(res, ns, new, manager).map(|o| (true, o));
+            return self
+                .create(res, ns, new, manager, commit)
+                .map(|o| (true, o));
         };
         let mut st = self.lock();
         // Re-read under the lock so the precondition is checked against the latest version.
@@ -500,8 +531,15 @@ impl Store {
         } else if requested_rv != meta_str(&old, "resourceVersion") {
             return Err(ApiError::conflict(info, name));
         }
-        self.commit_update(&mut st, res, ns, &old, new, Writer::Update(manager))
-            .map(|o| (false, o))
+        self.commit_update(
+            &mut st,
+            key(res, ns, name),
+            &old,
+            new,
+            Writer::Update(manager),
+            commit,
+        )
+        .map(|o| (false, o))
     }
 
     /// PATCH and apply: `change` computes the new object from the current one (None if missing;
@@ -513,6 +551,7 @@ impl Store {
         name: &str,
         change: impl FnOnce(Option<&Value>) -> Result<(Value, Writer<'static>), ApiError>,
         manager: &str,
+        commit: Commit,
     ) -> Result<(bool, Value), ApiError> {
         let info = &RESOURCES[res];
         let mut st = self.lock();
@@ -525,7 +564,8 @@ impl Store {
                 if !requested_rv.is_empty() {
                     return Err(ApiError::not_found(info, name));
                 }
-                self.create(res, ns, new, manager).map(|o| (true, o))
+                self.create(res, ns, new, manager, commit)
+                    .map(|o| (true, o))
             }
             Some(old) => {
                 if !requested_rv.is_empty() && requested_rv != meta_str(&old, "resourceVersion") {
@@ -535,7 +575,7 @@ impl Store {
                     Writer::Apply => Writer::Apply,
                     Writer::Update(_) => Writer::Update(manager),
                 };
-                self.commit_update(&mut st, res, ns, &old, new, writer)
+                self.commit_update(&mut st, key(res, ns, name), &old, new, writer, commit)
                     .map(|o| (false, o))
             }
         }
@@ -565,6 +605,7 @@ impl Store {
         name: &str,
         uid: Option<&str>,
         rv: Option<&str>,
+        commit: Commit,
     ) -> Result<Deleted, ApiError> {
         let info = &RESOURCES[res];
         let mut st = self.lock();
@@ -592,6 +633,9 @@ impl Store {
                     meta_str(&old, "resourceVersion")
                 ),
             ));
+        }
+        if commit == Commit::DryRun {
+            return Ok(Self::dry_run_delete(res, &old));
         }
         if res == NAMESPACES {
             let contained: Vec<(usize, String)> = st
@@ -638,12 +682,35 @@ impl Store {
         Ok(Deleted::Gone(last))
     }
 
+    /// What a delete of `old` answers: a namespace or an object with finalizers is marked for
+    /// deletion (nothing else is written), anything else is gone.
+    fn dry_run_delete(res: usize, old: &Value) -> Deleted {
+        let has_finalizers = old
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if res != NAMESPACES && !has_finalizers {
+            return Deleted::Gone(old.clone());
+        }
+        let mut marked = old.clone();
+        if marked.pointer("/metadata/deletionTimestamp").is_none() {
+            let meta = meta_mut(&mut marked);
+            meta.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+        if res == NAMESPACES {
+            marked["status"] = json!({ "phase": "Terminating" });
+        }
+        Deleted::Marked(marked)
+    }
+
     /// Deletes every matching object; returns the list of what was deleted.
     pub fn delete_collection(
         &self,
         res: usize,
         ns: Option<&str>,
         filter: &Filter,
+        commit: Commit,
     ) -> Result<Value, ApiError> {
         let info = &RESOURCES[res];
         let names: Vec<(String, String)> = {
@@ -658,7 +725,7 @@ impl Store {
         };
         let mut items = Vec::new();
         for (kns, kname) in names {
-            match self.delete(res, &kns, &kname, None, None) {
+            match self.delete(res, &kns, &kname, None, None, commit) {
                 Ok(Deleted::Gone(mut o) | Deleted::Marked(mut o)) => {
                     if let Some(m) = o.as_object_mut() {
                         m.remove("apiVersion");

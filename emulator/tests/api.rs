@@ -802,3 +802,96 @@ async fn server_side_apply_takes_the_name_from_the_url_when_the_body_has_none() 
         Some("a")
     );
 }
+
+/// `dryRun=All` (kube-rs `dry_run: true`): each write answers with the object it would store,
+/// and conflicts and preconditions still apply, but nothing is stored and no resourceVersion is
+/// spent, so no watcher sees an event.
+#[tokio::test]
+async fn dry_run_writes_answer_but_store_nothing() {
+    let (emulator, client) = common::start().await;
+    let leases: Api<Lease> = Api::namespaced(client, "default");
+    let stored = leases
+        .create(&PostParams::default(), &lease("l", "a"))
+        .await
+        .unwrap();
+    let before = (emulator.resource_version(), emulator.object_count());
+    let dry_post = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+
+    let would_create = leases.create(&dry_post, &lease("new", "b")).await.unwrap();
+    assert_eq!(would_create.metadata.name.as_deref(), Some("new"));
+    assert!(would_create.metadata.uid.is_some());
+    assert!(leases.get_opt("new").await.unwrap().is_none());
+    let (code, _, _) = api_code(leases.create(&dry_post, &lease("l", "b")).await);
+    assert_eq!(
+        code, 409,
+        "a dry-run create of an existing object conflicts"
+    );
+
+    let mut changed = stored.clone();
+    changed.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let would_replace = leases.replace("l", &dry_post, &changed).await.unwrap();
+    assert_eq!(
+        would_replace.spec.unwrap().holder_identity.as_deref(),
+        Some("b")
+    );
+    let mut stale = changed.clone();
+    stale.metadata.resource_version = Some("1".into());
+    let (code, _, _) = api_code(leases.replace("l", &dry_post, &stale).await);
+    assert_eq!(
+        code, 409,
+        "a dry-run update keeps the resourceVersion precondition"
+    );
+
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let would_patch = leases
+        .patch(
+            "l",
+            &dry_patch,
+            &Patch::Merge(json!({ "spec": { "holderIdentity": "c" } })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        would_patch.spec.unwrap().holder_identity.as_deref(),
+        Some("c")
+    );
+    let would_apply = leases
+        .patch(
+            "l",
+            &PatchParams::apply("dry").force().dry_run(),
+            &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "spec": { "holderIdentity": "d" }
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        would_apply.spec.unwrap().holder_identity.as_deref(),
+        Some("d")
+    );
+
+    let dry_delete = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    leases.delete("l", &dry_delete).await.unwrap();
+    leases
+        .delete_collection(&dry_delete, &ListParams::default())
+        .await
+        .unwrap();
+
+    assert_eq!(
+        (emulator.resource_version(), emulator.object_count()),
+        before,
+        "a dry run stored something"
+    );
+    assert_eq!(leases.get("l").await.unwrap(), stored);
+}

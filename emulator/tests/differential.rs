@@ -238,6 +238,103 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
         json!({ "holderIdentity": "b", "leaseDurationSeconds": 15 }),
     );
     update["metadata"]["resourceVersion"] = json!(rv1);
+    // dryRun=All: every write is checked and answered, nothing is stored.
+    let dry = |path: &str| format!("{path}?dryRun=All");
+    let l2 = "v1/namespaces/{ns}/leases/l2";
+    let dry_steps = [
+        step(
+            "dry-run create",
+            Method::POST,
+            &dry(leases),
+            JSON,
+            Some(lease("l2", valid_spec.clone())),
+            201,
+        ),
+        step(
+            "dry-run create stored nothing",
+            Method::GET,
+            l2,
+            JSON,
+            None,
+            404,
+        ),
+        step(
+            "dry-run create of an existing lease",
+            Method::POST,
+            &dry(leases),
+            JSON,
+            Some(lease("l1", valid_spec.clone())),
+            409,
+        ),
+        step(
+            "dry-run create of an invalid lease",
+            Method::POST,
+            &dry(leases),
+            JSON,
+            Some(lease("l2", json!({ "leaseDurationSeconds": -1 }))),
+            422,
+        ),
+        step(
+            "unsupported dryRun value",
+            Method::POST,
+            &format!("{leases}?dryRun=Maybe"),
+            JSON,
+            Some(lease("l2", valid_spec.clone())),
+            422,
+        ),
+        step(
+            "dry-run update",
+            Method::PUT,
+            &dry(l1),
+            JSON,
+            Some(update.clone()),
+            200,
+        ),
+        step(
+            "dry-run merge patch",
+            Method::PATCH,
+            &dry(l1),
+            MERGE,
+            Some(json!({ "spec": { "holderIdentity": "dry" } })),
+            200,
+        ),
+        step("dry-run delete", Method::DELETE, &dry(l1), JSON, None, 200),
+        step(
+            "dry-run delete in DeleteOptions",
+            Method::DELETE,
+            l1,
+            JSON,
+            Some(json!({ "dryRun": ["All"] })),
+            200,
+        ),
+        step(
+            "dry-run delete collection",
+            Method::DELETE,
+            &dry(&format!("{leases}?labelSelector=suite%3Ddiff")).replacen("?dryRun", "&dryRun", 1),
+            JSON,
+            None,
+            200,
+        ),
+        step(
+            "the lease is unchanged after the dry runs",
+            Method::GET,
+            l1,
+            JSON,
+            None,
+            200,
+        ),
+    ];
+    for dry_step in dry_steps {
+        run(dry_step, &mut transcript).await;
+    }
+    assert_eq!(
+        transcript.last().map(|e| &e.body),
+        transcript
+            .iter()
+            .find(|e| e.label == "get")
+            .map(|e| &e.body),
+        "dry runs changed the stored lease"
+    );
     let updated = run(
         step("update", Method::PUT, l1, JSON, Some(update.clone()), 200),
         &mut transcript,

@@ -156,6 +156,9 @@ fn scenario(k: &Kubectl, dir: &Path) {
         "candidate2.yaml",
         &CANDIDATE.replace("binaryVersion: 1.33.0", "binaryVersion: 1.33.1"),
     );
+    // A server-side dry run is answered but stores nothing: the next real apply still changes it.
+    let out = k.ok(&["apply", "--dry-run=server", "-f", &changed]);
+    assert!(out.contains("configured (server dry run)"), "{out}");
     let out = k.ok(&["apply", "-f", &changed]);
     assert!(out.contains("configured"), "{out}");
     let out = k.ok(&["apply", "-f", &changed]);
@@ -270,6 +273,22 @@ fn scenario(k: &Kubectl, dir: &Path) {
         "{stderr}"
     );
 
+    let out = k.ok(&[
+        "delete",
+        "leasecandidate",
+        "scheduler-node_A",
+        "-n",
+        "kube-system",
+        "--dry-run=server",
+    ]);
+    assert!(out.contains("deleted (server dry run)"), "{out}");
+    k.ok(&[
+        "get",
+        "leasecandidate",
+        "scheduler-node_A",
+        "-n",
+        "kube-system",
+    ]);
     let out = k.ok(&[
         "delete",
         "leasecandidate",
