@@ -81,6 +81,30 @@ fn the_static_binary_needs_no_libc_and_no_loader() {
     );
 }
 
+/// Runs `conclave demo --duration <duration>` from the image root, as the image's user, on a
+/// read-only root with `volumes`; asserts that it exits 0 and returns what it printed.
+fn demo_in_image_root(binary: &std::path::Path, volumes: Vec<Volume>, duration: &str) -> String {
+    let image = ImageConfig::from_dockerfile().expect("parsing deploy/Dockerfile");
+    let mut sandbox = Sandbox::for_image(&image);
+    sandbox.read_only_root = true;
+    sandbox.volumes = volumes;
+    let root = RootFs::build(&image, binary, &sandbox.mount_points()).expect("image root");
+    let mut argv = image.entrypoint.clone();
+    argv.extend(["demo", "--duration", duration].map(String::from));
+    let output = sandbox
+        .command(root.path(), &argv)
+        .output()
+        .expect("starting the sandbox");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the demo in the image root exited with {}\n--- stdout\n{stdout}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// `conclave demo` needs no cluster: it starts the emulator, the controller (with the embedded
 /// plugins, compiled into the cache under `XDG_CACHE_HOME`) and simulated candidates. From the
 /// image root, as uid 65532, on a read-only root with the chart's emptyDirs, it runs to its
@@ -90,28 +114,8 @@ fn the_image_runs_the_demo_as_its_user_on_a_read_only_root() {
     let Some(binary) = static_binary_and_sandbox() else {
         return;
     };
-    let image = ImageConfig::from_dockerfile().expect("parsing deploy/Dockerfile");
-    let mut sandbox = Sandbox::for_image(&image);
-    sandbox.read_only_root = true;
-    sandbox.volumes = vec![Volume::Empty { at: "/tmp".into() }];
-    let root = RootFs::build(&image, &binary, &sandbox.mount_points()).expect("image root");
-    let mut argv = image.entrypoint.clone();
-    argv.extend(["demo", "--duration", "12s"].map(String::from));
-    let output = sandbox
-        .command(root.path(), &argv)
-        .output()
-        .expect("starting the sandbox");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the demo in the image root exited with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
-    );
-    assert!(
-        stdout.contains("Summary"),
-        "no summary table:\n{stdout}\n--- stderr\n{stderr}"
-    );
+    let stdout = demo_in_image_root(&binary, vec![Volume::Empty { at: "/tmp".into() }], "12s");
+    assert!(stdout.contains("Summary"), "no summary table:\n{stdout}");
     // Far from any source tree, the plugin Lease runs on the plugin embedded for the demo, loaded
     // through the sandboxed engine like a third-party plugin.
     assert!(
@@ -131,23 +135,7 @@ fn the_image_runs_the_demo_on_a_read_only_root_without_volumes() {
     let Some(binary) = static_binary_and_sandbox() else {
         return;
     };
-    let image = ImageConfig::from_dockerfile().expect("parsing deploy/Dockerfile");
-    let mut sandbox = Sandbox::for_image(&image);
-    sandbox.read_only_root = true;
-    let root = RootFs::build(&image, &binary, &sandbox.mount_points()).expect("image root");
-    let mut argv = image.entrypoint.clone();
-    argv.extend(["demo", "--duration", "8s"].map(String::from));
-    let output = sandbox
-        .command(root.path(), &argv)
-        .output()
-        .expect("starting the sandbox");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the demo on a read-only root without volumes exited with {}\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = demo_in_image_root(&binary, Vec::new(), "8s");
     assert!(
         stdout.contains("plugin Lease: skipped (cannot create a scratch plugin directory"),
         "{stdout}"
