@@ -3,6 +3,7 @@
 //! Only reachable in-process through [`crate::RunningEmulator::faults`]; nothing on the HTTP
 //! side can turn faults on.
 
+use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use crate::store::Store;
 use std::sync::{Arc, Mutex};
@@ -40,6 +41,11 @@ pub enum Failure {
         /// The Retry-After value, in seconds.
         retry_after_seconds: u64,
     },
+    /// 409 Conflict, worded as kube-apiserver words a stale resourceVersion ("the object has
+    /// been modified; please apply your changes to the latest version and try again"), so a
+    /// test can make a writer lose a race it would otherwise win. Meant for writes (create,
+    /// update, patch, delete); the object named is the one in the URL, or in a create's body.
+    Conflict,
 }
 
 #[derive(Debug)]
@@ -143,8 +149,16 @@ impl Faults {
             .clone()
     }
 
-    /// Applies latency and consumes a matching failure rule, if any.
-    pub(crate) async fn before_request(&self, verb: Verb, resource: &str) -> Result<(), ApiError> {
+    /// Applies latency and consumes a matching failure rule, if any. `name` gives the object the
+    /// request is about (empty for collections), for the message of an injected conflict; it is
+    /// only called then, so requests without faults pay nothing for it.
+    pub(crate) async fn before_request(
+        &self,
+        verb: Verb,
+        res: &ResourceInfo,
+        name: impl FnOnce() -> String,
+    ) -> Result<(), ApiError> {
+        let resource = res.plural;
         let (latency, failure) = {
             let mut st = self.state();
             let failure = st
@@ -169,6 +183,7 @@ impl Faults {
             Some(Failure::TooManyRequests {
                 retry_after_seconds,
             }) => Err(ApiError::too_many_requests(retry_after_seconds)),
+            Some(Failure::Conflict) => Err(ApiError::conflict(res, &name())),
         }
     }
 }

@@ -181,8 +181,15 @@ async fn route(
     if verb == Verb::Create && RESOURCES[target.res].namespaced && target.namespace.is_none() {
         return Err(ApiError::method_not_allowed(method.as_str()));
     }
+    // The object a request is about, for an injected conflict: the URL's, or a create's body's.
+    let object_name = || match &target.name {
+        Some(name) => name.clone(),
+        None => serde_json::from_slice::<Value>(body)
+            .map(|b| meta_str(&b, "name").to_string())
+            .unwrap_or_default(),
+    };
     app.faults
-        .before_request(verb, RESOURCES[target.res].plural)
+        .before_request(verb, &RESOURCES[target.res], object_name)
         .await?;
     let handler = Handler {
         app,

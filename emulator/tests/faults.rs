@@ -1,4 +1,4 @@
-//! The fault-injection handle: failing requests (500, 429 with Retry-After) and latency.
+//! The fault-injection handle: failing requests (500, 429 with Retry-After, 409 Conflict) and latency.
 
 mod common;
 
@@ -130,4 +130,73 @@ async fn discovery_and_unknown_paths() {
     );
     let version = raw_get(addr, "/version").await;
     assert!(version.contains("\"gitVersion\":\"v1.33.0\""), "{version}");
+}
+
+#[tokio::test]
+async fn conflict_answers_like_a_stale_resource_version() {
+    let (emulator, client) = common::start().await;
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &lease("c"))
+        .await
+        .unwrap();
+    emulator
+        .faults()
+        .fail_next(Verb::Update, "leases", 2, Failure::Conflict);
+    // Reads and other verbs are untouched.
+    api.get("c").await.unwrap();
+    for _ in 0..2 {
+        let (code, reason, message) =
+            api_code(api.replace("c", &PostParams::default(), &created).await);
+        assert_eq!((code, reason.as_str()), (409, "Conflict"));
+        assert_eq!(
+            message,
+            "Operation cannot be fulfilled on leases.coordination.k8s.io \"c\": the object has \
+             been modified; please apply your changes to the latest version and try again"
+        );
+    }
+    // The injected conflicts stored nothing: an update from the original resourceVersion
+    // still goes through.
+    let mut changed = created.clone();
+    changed.spec.as_mut().unwrap().holder_identity = Some("other".into());
+    let replaced = api
+        .replace("c", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaced.spec.unwrap().holder_identity.as_deref(),
+        Some("other")
+    );
+
+    // A create names the object of its body, and the Status carries the same details as a
+    // real conflict.
+    emulator
+        .faults()
+        .fail_next(Verb::Create, "leases", 1, Failure::Conflict);
+    let mut stream = tokio::net::TcpStream::connect(emulator.addr())
+        .await
+        .unwrap();
+    let body = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"d"}}"#;
+    let request = format!(
+        "POST /apis/coordination.k8s.io/v1/namespaces/default/leases HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 409"), "{response}");
+    let status: serde_json::Value =
+        serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(status["reason"], "Conflict");
+    assert_eq!(status["code"], 409);
+    assert_eq!(
+        status["details"],
+        serde_json::json!({ "name": "d", "group": "coordination.k8s.io", "kind": "leases" })
+    );
+    let (code, _, _) = api_code(api.get("d").await);
+    assert_eq!(code, 404);
+    api.create(&PostParams::default(), &lease("d"))
+        .await
+        .unwrap();
 }
