@@ -176,10 +176,15 @@ async fn route(
         (Method::PATCH, true) => Verb::Patch,
         (Method::DELETE, true) => Verb::Delete,
         (Method::DELETE, false) if target.res != NAMESPACES => Verb::DeleteCollection,
-        _ => return Err(ApiError::method_not_allowed(method.as_str())),
+        _ => return Err(ApiError::method_not_allowed()),
     };
-    if verb == Verb::Create && RESOURCES[target.res].namespaced && target.namespace.is_none() {
-        return Err(ApiError::method_not_allowed(method.as_str()));
+    // kube-apiserver serves only list and watch on the all-namespaces path of a namespaced
+    // resource: a create there has no namespace, and a delete there would empty every one.
+    if matches!(verb, Verb::Create | Verb::DeleteCollection)
+        && RESOURCES[target.res].namespaced
+        && target.namespace.is_none()
+    {
+        return Err(ApiError::method_not_allowed());
     }
     // The object a request is about, for an injected conflict: the URL's, or a create's body's.
     let object_name = || match &target.name {

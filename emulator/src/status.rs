@@ -215,12 +215,13 @@ impl ApiError {
         e
     }
 
-    /// 405 MethodNotAllowed.
-    pub fn method_not_allowed(method: &str) -> Self {
+    /// 405 MethodNotAllowed, for a verb a path does not serve (kube-apiserver's text does not
+    /// name the method).
+    pub fn method_not_allowed() -> Self {
         let mut e = Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            format!("the server does not allow this method on the requested resource ({method})"),
+            "the server does not allow this method on the requested resource",
         );
         e.details = Some(json!({}));
         e

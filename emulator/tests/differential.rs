@@ -701,6 +701,44 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
         &mut transcript,
     )
     .await;
+    // The all-namespaces path serves only list and watch: a delete there must not empty every
+    // namespace, and a create there has no namespace.
+    for refused in [
+        step(
+            "delete collection without a namespace",
+            Method::DELETE,
+            "v1/leases?labelSelector=suite%3Ddiff",
+            JSON,
+            None,
+            405,
+        ),
+        step(
+            "create without a namespace",
+            Method::POST,
+            "v1/leases",
+            JSON,
+            Some(lease("l9", valid_spec.clone())),
+            405,
+        ),
+        step(
+            "delete candidates without a namespace",
+            Method::DELETE,
+            "v1beta1/leasecandidates",
+            JSON,
+            None,
+            405,
+        ),
+        step(
+            "the lease survives a refused delete",
+            Method::GET,
+            l1,
+            JSON,
+            None,
+            200,
+        ),
+    ] {
+        run(refused, &mut transcript).await;
+    }
     let wrong_uid = json!({ "preconditions": { "uid": "00000000-0000-0000-0000-000000000000" } });
     run(
         step(
