@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod decide;
 mod http;
+mod latency;
 pub mod metrics;
 pub mod queue;
 pub mod reconcile;
@@ -131,7 +132,7 @@ pub struct Context {
     builtin_active: AtomicBool,
     pings: PendingPings,
     managed: Mutex<HashSet<String>>,
-    started: Mutex<HashMap<String, Instant>>,
+    starts: latency::ElectionStarts,
     failures: Mutex<HashMap<String, u32>>,
     /// Writers hold it shared; shutdown takes it exclusively to wait for in-flight writes.
     writes_in_flight: tokio::sync::RwLock<()>,
@@ -160,16 +161,6 @@ impl Context {
         self.metrics
             .managed_leases
             .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
-    }
-
-    fn election_started(&self, key: &str, triggered_at: Instant) -> Instant {
-        *lock(&self.started)
-            .entry(key.to_owned())
-            .or_insert(triggered_at)
-    }
-
-    fn election_settled(&self, key: &str) {
-        lock(&self.started).remove(key);
     }
 
     fn record_ping(&self, namespace: &str, name: &str, at: Timestamp) {
@@ -327,7 +318,7 @@ pub async fn run(
         builtin_active: AtomicBool::new(false),
         pings,
         managed: Mutex::default(),
-        started: Mutex::default(),
+        starts: latency::ElectionStarts::default(),
         failures: Mutex::default(),
         writes_in_flight: tokio::sync::RwLock::new(()),
     });
@@ -390,6 +381,9 @@ pub async fn run(
 async fn lead(ctx: Arc<Context>, term: conclave_candidate::Term) {
     tracing::info!(term = term.number(), "became the active controller");
     ctx.metrics.active.set(1);
+    // Keys queued while following, and elections left over from an earlier term, start now.
+    ctx.starts.reset();
+    ctx.queue.restart_triggers();
     ctx.enqueue_all();
     for worker in 0..ctx.config.workers {
         let ctx = ctx.clone();

@@ -172,6 +172,18 @@ impl WorkQueue {
         }
     }
 
+    /// Restarts the trigger time of every key that is waiting or held to now.
+    ///
+    /// A follower's queue collects keys from watch events for as long as it follows, with no
+    /// worker to take them; when it becomes active, those keys were triggered by the term start,
+    /// not by an event seen hours ago, so election latency is measured from now.
+    pub fn restart_triggers(&self) {
+        let now = Instant::now();
+        for at in self.lock().first_added.values_mut() {
+            *at = now;
+        }
+    }
+
     /// Number of keys waiting (ready or delayed).
     pub fn len(&self) -> usize {
         let st = self.lock();
@@ -230,6 +242,23 @@ mod tests {
         assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(7));
         q.done(item);
         assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restarted_triggers_count_from_the_restart() {
+        let q = WorkQueue::default();
+        q.add("ns/a".into());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let restarted = Instant::now();
+        q.restart_triggers();
+        q.add("ns/b".into());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let a = q.next().await.expect("a");
+        assert_eq!((a.key.as_str(), a.triggered_at), ("ns/a", restarted));
+        let b = q.next().await.expect("b");
+        assert_eq!(b.triggered_at, restarted, "added after the restart");
+        q.done(a);
+        q.done(b);
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,6 +2,7 @@
 //! strategy, then ping or write.
 
 use super::Context;
+use super::latency::Progress;
 use super::writer::{self, WriteError};
 use conclave_core::k8s::{candidate_view, lease_record, validate_lease_candidate};
 use conclave_core::lease::LeaseRecord;
@@ -31,38 +32,46 @@ pub enum Next {
 const CONFLICT_ATTEMPTS: usize = 3;
 
 /// Runs one election step for `namespace/name`. Never panics on missing fields.
+///
+/// Every exit reports to the election's start time: it is kept while the election goes on
+/// (pings outstanding, retry), observed as `election_latency_seconds` on a write, and forgotten
+/// on any other exit.
 pub async fn reconcile(ctx: &Arc<Context>, key: &str, triggered_at: Instant) -> Next {
+    let (next, progress) = reconcile_key(ctx, key).await;
+    if let Some(latency) = ctx.starts.finish(key, triggered_at, &progress)
+        && let Progress::Written { strategy, .. } = progress
+    {
+        ctx.metrics
+            .election_latency
+            .get_or_create(&super::metrics::StrategyLabels { strategy })
+            .observe(latency.as_secs_f64());
+    }
+    next
+}
+
+async fn reconcile_key(ctx: &Arc<Context>, key: &str) -> (Next, Progress) {
     let Some((namespace, name)) = key.split_once('/') else {
         tracing::warn!("malformed Lease key; dropped");
-        return Next::Idle;
+        return (Next::Idle, Progress::Settled);
     };
     let mut lease_obj = ctx.caches.lease(namespace, name);
     for _ in 0..CONFLICT_ATTEMPTS {
-        match step(
-            ctx,
-            key,
-            namespace,
-            name,
-            lease_obj.as_deref(),
-            triggered_at,
-        )
-        .await
-        {
-            Ok(next) => return next,
+        match step(ctx, key, namespace, name, lease_obj.as_deref()).await {
+            Ok(stepped) => return stepped,
             Err(StepError::Conflict) => {
                 tracing::debug!("Lease changed under the write; re-reading it");
                 match writer::read_lease(ctx, namespace, name).await {
                     Ok(fresh) => lease_obj = fresh.map(Arc::new),
                     Err(error) => {
                         tracing::warn!(%error, "re-reading the Lease after a conflict");
-                        return Next::Retry;
+                        return (Next::Retry, Progress::Continues);
                     }
                 }
             }
-            Err(StepError::Retry) => return Next::Retry,
+            Err(StepError::Retry) => return (Next::Retry, Progress::Continues),
         }
     }
-    Next::Retry
+    (Next::Retry, Progress::Continues)
 }
 
 enum StepError {
@@ -105,15 +114,14 @@ async fn step(
     namespace: &str,
     name: &str,
     lease_obj: Option<&Lease>,
-    triggered_at: Instant,
-) -> Result<Next, StepError> {
+) -> Result<(Next, Progress), StepError> {
     let now = ctx.now();
     let lease = lease_obj.map(lease_record);
     let candidates = live_candidates(ctx, namespace, name, now);
     if candidates.is_empty() {
         // Not managed by coordinated election (upstream: a Lease without candidates is left alone).
         ctx.set_managed(key, false);
-        return Ok(Next::Idle);
+        return Ok((Next::Idle, Progress::Settled));
     }
     let votes: Vec<StrategyVote<'_>> = candidates
         .iter()
@@ -138,14 +146,14 @@ async fn step(
                 conflict.to_string(),
             )
             .await;
-            return Ok(Next::Idle);
+            return Ok((Next::Idle, Progress::Settled));
         }
-        StrategyChoice::NoCandidates => return Ok(Next::Idle),
+        StrategyChoice::NoCandidates => return Ok((Next::Idle, Progress::Settled)),
     };
     if !ctx.config.mode.handles(&strategy, ctx.builtin_active()) {
         tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
         ctx.set_managed(key, false);
-        return Ok(Next::Idle);
+        return Ok((Next::Idle, Progress::Settled));
     }
     ctx.set_managed(key, true);
     if !ctx.decider.has_strategy(&strategy) {
@@ -163,13 +171,13 @@ async fn step(
             ),
         )
         .await;
-        return Ok(Next::Idle);
+        return Ok((Next::Idle, Progress::Settled));
     }
 
     let pool = considered(&candidates, now, ctx.config.ack_window);
     if pool.is_empty() {
         tracing::debug!("every candidate is unresponsive; waiting for one to renew");
-        return Ok(idle_until_expiry(lease.as_ref(), now));
+        return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
     }
     let request = ElectionRequest {
         lease: LeaseView {
@@ -189,7 +197,7 @@ async fn step(
         Ok(None) => {
             ctx.metrics.election(&strategy, "no_winner");
             tracing::info!(%strategy, "the strategy elected nobody");
-            return Ok(idle_until_expiry(lease.as_ref(), now));
+            return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
         }
         Err(error) => {
             ctx.metrics.election(&strategy, "plugin_error");
@@ -225,10 +233,8 @@ async fn step(
         now,
         lease_duration_seconds: ctx.config.lease_duration_seconds,
     }) else {
-        ctx.election_settled(key);
-        return Ok(idle_until_expiry(lease.as_ref(), now));
+        return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
     };
-    let started = ctx.election_started(key, triggered_at);
 
     match plan_pings(&pool, &best, now, ctx.config.ack_window) {
         PingPlan::Elect => {}
@@ -243,25 +249,19 @@ async fn step(
             {
                 return Err(StepError::Retry);
             }
-            return Ok(Next::At(recheck_at));
+            return Ok((Next::At(recheck_at), Progress::Continues));
         }
         PingPlan::Wait { recheck_at } => {
             tracing::debug!(winner = %best, "waiting for acks");
-            return Ok(Next::At(recheck_at));
+            return Ok((Next::At(recheck_at), Progress::Continues));
         }
     }
 
     let kind = write.kind;
     match writer::write_lease(ctx, lease_obj, &write.desired).await {
         Ok(written) => {
+            let written_at = Instant::now();
             ctx.metrics.election(&strategy, kind.label());
-            ctx.metrics
-                .election_latency
-                .get_or_create(&super::metrics::StrategyLabels {
-                    strategy: strategy.clone(),
-                })
-                .observe(started.elapsed().as_secs_f64());
-            ctx.election_settled(key);
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
                     "Elected",
@@ -298,7 +298,13 @@ async fn step(
             )
             .await;
             let record = lease_record(&written);
-            Ok(idle_until_expiry(Some(&record), now))
+            Ok((
+                idle_until_expiry(Some(&record), now),
+                Progress::Written {
+                    strategy,
+                    at: written_at,
+                },
+            ))
         }
         Err(WriteError::Conflict) => Err(StepError::Conflict),
         Err(WriteError::Api(error)) => {
