@@ -1,7 +1,7 @@
 //! `conclave run`: the coordinated leader election controller.
 
 use crate::controller::{self, ControllerConfig};
-use crate::engine::{Engine, EngineConfig, Limits};
+use crate::engine::{Engine, EngineConfig, Limits, default_cache_dir};
 use anyhow::Context as _;
 use conclave_core::plan::Mode;
 use std::net::SocketAddr;
@@ -102,7 +102,9 @@ pub struct RunArgs {
     /// Directory of extra strategy plugins (NAME.wasm plus optional NAME.json).
     #[arg(long, env = "CONCLAVE_PLUGINS")]
     pub plugins: Option<PathBuf>,
-    /// Cache compiled plugins in this directory (keyed by content digest); default: no cache.
+    /// Cache compiled plugins in this directory (keyed by content digest and wasmtime version), so a
+    /// restart loads them without recompiling; default: `$XDG_CACHE_HOME/conclave/wasm`, else
+    /// `~/.cache/conclave/wasm`. A cache that cannot be written only costs the recompile.
     #[arg(long, env = "CONCLAVE_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
     /// Accept plugins that import WASI (given a deny-all context).
@@ -160,7 +162,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(EngineConfig {
         plugins_dir: args.plugins.clone(),
         allow_wasi: args.allow_wasi,
-        cache_dir: args.plugin_cache_dir.clone(),
+        cache_dir: args.plugin_cache_dir.clone().or_else(default_cache_dir),
         default_limits: Limits::default(),
     })
     .context("loading strategy plugins")?;

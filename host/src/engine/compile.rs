@@ -188,10 +188,13 @@ fn store_cached(component: &Component, path: &Path) -> wasmtime::Result<()> {
         .parent()
         .ok_or_else(|| wasmtime::Error::msg("cache path has no directory"))?;
     create_private_dir(dir)?;
+    // Unique per process and per write, so concurrent engines never share a temporary file.
+    static NEXT_WRITE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("cwasm"),
-        std::process::id()
+        std::process::id(),
+        NEXT_WRITE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
