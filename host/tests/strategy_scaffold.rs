@@ -58,10 +58,26 @@ fn scaffolded_plugin_builds_and_passes_its_vectors() {
         "{manifest}"
     );
 
-    // Built exactly as the README says, with a target dir kept between runs for speed.
+    let wasm = build_and_test(&dir, "my-rule");
+
+    // Shipped like any third-party plugin: a .wasm in the plugins directory.
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(&wasm, plugins.join("my_rule.wasm")).unwrap();
+    let engine = Engine::new(EngineConfig {
+        plugins_dir: Some(plugins),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    assert!(engine.has_strategy("example.com/my-rule"));
+}
+
+/// Builds the scaffolded crate in `dir` exactly as its README says (with a target dir kept between
+/// runs for speed), runs its vectors through `conclave strategy test`, and returns the component.
+fn build_and_test(dir: &Path, name: &str) -> PathBuf {
     let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     build
-        .current_dir(&dir)
+        .current_dir(dir)
         .args([
             "build",
             "--release",
@@ -81,10 +97,13 @@ fn scaffolded_plugin_builds_and_passes_its_vectors() {
     }
     let built = build.output().expect("run cargo");
     assert!(built.status.success(), "{}", text(&built));
-    let wasm = repo().join("target/scaffold-build/wasm32-wasip2/release/my_rule.wasm");
+    let wasm = repo().join(format!(
+        "target/scaffold-build/wasm32-wasip2/release/{}.wasm",
+        name.replace('-', "_")
+    ));
     assert!(wasm.is_file());
 
-    let vectors = dir.join("vectors/my-rule.json");
+    let vectors = dir.join(format!("vectors/{name}.json"));
     let tested = conclave(&[
         "strategy",
         "test",
@@ -97,17 +116,37 @@ fn scaffolded_plugin_builds_and_passes_its_vectors() {
         String::from_utf8_lossy(&tested.stdout).lines().last(),
         Some("3 passed, 0 failed")
     );
+    wasm
+}
 
-    // Shipped like any third-party plugin: a .wasm in the plugins directory.
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(&wasm, plugins.join("my_rule.wasm")).unwrap();
-    let engine = Engine::new(EngineConfig {
-        plugins_dir: Some(plugins),
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    assert!(engine.has_strategy("example.com/my-rule"));
+#[test]
+fn outside_a_checkout_the_plugin_builds_against_the_bundled_sdk() {
+    // A directory outside the checkout, and no --sdk: the binary writes the SDK it was built with.
+    let work = tempfile::tempdir().unwrap();
+    assert!(!work.path().starts_with(repo()));
+    let output = Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .current_dir(work.path())
+        .args([
+            "strategy",
+            "new",
+            "far-rule",
+            "--strategy",
+            "example.com/far-rule",
+        ])
+        .output()
+        .expect("run conclave");
+    assert!(output.status.success(), "{}", text(&output));
+    let dir = work.path().join("far-rule");
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("conclave-strategy = { path = \"conclave-sdk/strategies/sdk\" }"),
+        "{manifest}"
+    );
+    assert!(
+        dir.join("conclave-sdk/docs/strategy-authoring.md")
+            .is_file()
+    );
+    build_and_test(&dir, "far-rule");
 }
 
 #[test]

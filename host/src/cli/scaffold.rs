@@ -4,8 +4,9 @@
 //! `conclave-strategy` SDK, exports its strategy with `export_strategy!`, and ships a vectors file
 //! that `conclave strategy test` runs. Inside a Conclave checkout the SDK is a path dependency (and
 //! the checkout's `strategies/Cargo.lock` pins the same dependency versions Conclave's own plugins
-//! are built with); elsewhere it is a git dependency on the Conclave repository, which the author
-//! can point at a fork, a tag or a local checkout.
+//! are built with); elsewhere the SDK this binary was built with is written beside the crate
+//! (`conclave-sdk/`, with its lockfile and the authoring guide), so the crate builds at once,
+//! offline, wherever the `conclave` binary runs.
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -13,8 +14,10 @@ use conclave_core::strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VE
 use conclave_core::validation::validate_strategy;
 use std::path::{Component, Path, PathBuf};
 
-/// The SDK's git repository, used when the crate is created outside a Conclave checkout.
-const SDK_GIT: &str = "https://github.com/conclave-dev/conclave";
+include!(concat!(env!("OUT_DIR"), "/bundled_sdk.rs"));
+
+/// Where a crate created outside a Conclave checkout gets the bundled SDK, relative to the crate.
+const BUNDLED_SDK_DIR: &str = "conclave-sdk";
 
 /// Arguments of `conclave strategy new`.
 #[derive(Debug, Args)]
@@ -30,7 +33,7 @@ pub struct NewArgs {
     pub dir: Option<PathBuf>,
     /// The SDK crate (`strategies/sdk` of a Conclave checkout) to depend on by path. By default
     /// the checkout containing the new crate (or the current directory) is used, and failing that
-    /// a git dependency on the Conclave repository.
+    /// the SDK bundled in this binary is written into the crate's `conclave-sdk/` directory.
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }
@@ -67,7 +70,11 @@ pub fn run(args: &NewArgs) -> anyhow::Result<()> {
         dir.display(),
         match &created {
             Sdk::Path(path) => format!("SDK by path: {}", path.display()),
-            Sdk::Git => format!("SDK from git: {SDK_GIT}; adjust Cargo.toml if needed"),
+            Sdk::Bundled => format!(
+                "SDK bundled in {}/{BUNDLED_SDK_DIR}, with the authoring guide in \
+                 {BUNDLED_SDK_DIR}/docs/strategy-authoring.md",
+                dir.display()
+            ),
         },
         args.strategy
     );
@@ -86,12 +93,12 @@ pub fn run(args: &NewArgs) -> anyhow::Result<()> {
 enum Sdk {
     /// A path dependency: relative to the new crate inside the SDK's checkout, else absolute.
     Path(PathBuf),
-    /// A git dependency on [`SDK_GIT`].
-    Git,
+    /// A path dependency on the SDK bundled in this binary, written into [`BUNDLED_SDK_DIR`].
+    Bundled,
 }
 
 /// Writes the crate into `dir`, which must not exist or be empty, depending on the SDK in
-/// `sdk_dir` by path, or on git when `None`.
+/// `sdk_dir` by path, or on the bundled SDK when `None`.
 fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> anyhow::Result<Sdk> {
     validate_name(name)?;
     validate_strategy_name(strategy)?;
@@ -110,6 +117,7 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
     }
     std::fs::create_dir_all(dir.join("src"))
         .and_then(|()| std::fs::create_dir_all(dir.join("vectors")))
+        .and_then(|()| std::fs::create_dir_all(dir.join(".cargo")))
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let crate_dir = dir
         .canonicalize()
@@ -123,7 +131,7 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
             }
             _ => Sdk::Path(sdk_dir.to_path_buf()),
         },
-        None => Sdk::Git,
+        None => Sdk::Bundled,
     };
 
     let files = [
@@ -132,11 +140,24 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
         (&format!("vectors/{name}.json"), vectors(strategy)),
         ("README.md", readme(name, strategy)),
         (".gitignore", "/target\n".to_owned()),
+        // An enclosing directory's cargo config (Conclave's `strategies/` has one) must not move
+        // the build output away from the `target/` the printed commands and the README name.
+        (
+            ".cargo/config.toml",
+            "# Build into this crate's own target/ (where README.md looks for the component), even\n\
+             # when an enclosing directory's cargo config sets another target directory.\n\
+             [build]\n\
+             target-dir = \"target\"\n"
+                .to_owned(),
+        ),
     ];
     for (path, contents) in files {
         let path = dir.join(path);
         std::fs::write(&path, contents)
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if dependency == Sdk::Bundled {
+        write_bundled_sdk(dir)?;
     }
     // Pin the dependency versions Conclave's own plugins are built and tested with.
     if let Some(lock) = sdk_dir
@@ -148,6 +169,25 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
             .with_context(|| format!("cannot copy {}", lock.display()))?;
     }
     Ok(dependency)
+}
+
+/// Writes the bundled SDK into `dir/conclave-sdk`, and its lockfile (the versions Conclave's own
+/// plugins are built with) as the crate's.
+fn write_bundled_sdk(dir: &Path) -> anyhow::Result<()> {
+    for (path, contents) in BUNDLED_SDK {
+        let target = if *path == "Cargo.lock" {
+            dir.join(path)
+        } else {
+            dir.join(BUNDLED_SDK_DIR).join(path)
+        };
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&target, contents)
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    Ok(())
 }
 
 /// A cargo package name: lowercase ASCII letters, digits, `-` and `_`, starting with a letter.
@@ -220,10 +260,11 @@ fn cargo_toml(name: &str, strategy: &str, sdk: &Sdk) -> String {
             "conclave-strategy = {{ path = {} }}",
             toml_string(&path.to_string_lossy())
         ),
-        Sdk::Git => format!(
-            "# Not created inside a Conclave checkout: the SDK comes from git. Point it at a tag\n\
-             # (`tag = \"v0.1.0\"`), a fork, or a local checkout (`path = \".../strategies/sdk\"`).\n\
-             conclave-strategy = {{ git = \"{SDK_GIT}\" }}"
+        Sdk::Bundled => format!(
+            "# Not created inside a Conclave checkout: the SDK of the `conclave` binary that created\n\
+             # this crate is in {BUNDLED_SDK_DIR}/. To follow a Conclave checkout instead, use\n\
+             # `path = \".../strategies/sdk\"` (and delete {BUNDLED_SDK_DIR}/).\n\
+             conclave-strategy = {{ path = \"{BUNDLED_SDK_DIR}/strategies/sdk\" }}"
         ),
     };
     format!(
@@ -388,9 +429,9 @@ fn readme(name: &str, strategy: &str) -> String {
     format!(
         r#"# {name}
 
-A [Conclave](https://github.com/conclave-dev/conclave) strategy plugin implementing `{strategy}`.
-See the Conclave repository's `docs/strategy-authoring.md` for the contract, the limits and how
-to ship a plugin.
+A Conclave strategy plugin implementing `{strategy}`. See `docs/strategy-authoring.md` in the
+Conclave repository (or in `conclave-sdk/`, when this crate was created outside a checkout) for
+the contract, the limits and how to ship a plugin.
 
 ## Build
 
@@ -461,14 +502,24 @@ mod tests {
     }
 
     #[test]
-    fn without_a_checkout_the_sdk_comes_from_git_and_existing_dirs_are_refused() {
+    fn without_a_checkout_the_sdk_is_bundled_and_existing_dirs_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("my-rule");
         let sdk = scaffold("my-rule", "example.com/my-rule", &target, None).unwrap();
-        assert_eq!(sdk, Sdk::Git);
+        assert_eq!(sdk, Sdk::Bundled);
         let manifest = std::fs::read_to_string(target.join("Cargo.toml")).unwrap();
-        assert!(manifest.contains(&format!("conclave-strategy = {{ git = \"{SDK_GIT}\" }}")));
-        assert!(!target.join("Cargo.lock").exists());
+        assert!(
+            manifest.contains("conclave-strategy = { path = \"conclave-sdk/strategies/sdk\" }")
+        );
+        assert!(target.join("Cargo.lock").is_file());
+        let sdk_manifest =
+            std::fs::read_to_string(target.join("conclave-sdk/strategies/sdk/Cargo.toml")).unwrap();
+        assert!(!sdk_manifest.contains("workspace"), "{sdk_manifest}");
+        assert!(
+            sdk_manifest.contains("conclave-core = { path = \"../../core\""),
+            "{sdk_manifest}"
+        );
+        assert!(target.join("conclave-sdk/wit/strategy.wit").is_file());
         let error = scaffold("my-rule", "example.com/my-rule", &target, None).unwrap_err();
         assert!(error.to_string().contains("already exists"), "{error}");
 
