@@ -7,7 +7,7 @@
 //! version is available, which is what an upgrade or a rollback needs, and nothing else moves it.
 //!
 //! The holder counts as eligible and live when the Lease is not expired, the holder is one of the
-//! candidates (which the host only passes when alive and answering pings), and its versions parse.
+//! candidates (the host leaves out candidates that did not answer a ping), and its versions parse.
 //! Otherwise the plain `OldestEmulationVersion` answer stands.
 #![no_std]
 
