@@ -129,6 +129,16 @@ fn shipped_vectors_pass_for_each_beta_plugin() {
             Some(format!("{cases} passed, 0 failed").as_str()),
             "{package}"
         );
+        if package == "priority" {
+            // An invalid priority counts as 0 and is reported through the host's log import.
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                stderr.contains(
+                    r#"candidate "zero": annotation coordination.conclave.dev/priority="0" is not an integer between 1 and 2147483647; counting its priority as 0"#
+                ),
+                "{stderr}"
+            );
+        }
     }
 }
 

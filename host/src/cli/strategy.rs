@@ -259,9 +259,11 @@ impl Expect {
         outcome: &Result<Option<String>, crate::engine::EngineError>,
     ) -> Result<String, String> {
         match (self.error, outcome) {
-            (false, Ok(actual)) if actual.as_deref() == self.leader.as_deref() => {
-                Ok(format!("leader {}", show(actual.as_deref())))
-            }
+            (false, Ok(actual)) if actual.as_deref() == self.leader.as_deref() => Ok(format!(
+                "expected leader {}, got {}",
+                show(self.leader.as_deref()),
+                show(actual.as_deref())
+            )),
             (false, Ok(actual)) => Err(format!(
                 "expected leader {}, got {}",
                 show(self.leader.as_deref()),
@@ -273,7 +275,7 @@ impl Expect {
                     .as_ref()
                     .is_none_or(|m| message.contains(m.as_str())) =>
             {
-                Ok(format!("error: {error}"))
+                Ok(format!("expected {}, got error: {error}", self.describe()))
             }
             (true, Ok(actual)) => Err(format!(
                 "expected {}, got leader {}",
