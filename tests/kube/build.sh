@@ -15,8 +15,14 @@ start=$(date +%s)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-kube_version=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-etcd_version=$(cd "$here/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+# The version a go.mod requires of a module, read from the file itself (not `go list -m`, which
+# needs the module graph and so the network when the module cache is empty): the up-to-date check
+# below must work offline.
+required_version() {
+    sed -nE "s#^(require)?[[:space:]]*$2[[:space:]]+(v[^[:space:]]+).*#\\2#p" "$1" | head -n 1
+}
+kube_version=$(required_version "$here/go.mod" k8s.io/kubernetes)
+etcd_version=$(required_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)
 if [[ ! $kube_version =~ ^v([0-9]+)\.([0-9]+)\.[0-9]+$ ]]; then
     echo "build.sh: cannot read the k8s.io/kubernetes version from $here/go.mod" >&2
     exit 1
