@@ -11,14 +11,16 @@ use conclave_core::k8s::lease_record;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
-use controller_support::{CoordinatedHolder, config, create_lease, start, wait_event, wait_lease};
-use futures::StreamExt;
+use controller_support::{
+    CoordinatedHolder, LeaseWrite, LeaseWrites, config, create_lease, start, wait_event, wait_lease,
+};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -305,18 +307,67 @@ async fn real_schedulers_oldest_leads_and_a_preempted_scheduler_steps_down() {
     cp.check_running().unwrap();
 }
 
+/// Waits until kube-apiserver reports that its built-in election controller leads.
+async fn wait_builtin_leading(cp: &ControlPlane) {
+    let deadline = tokio::time::Instant::now() + controller_support::WAIT;
+    while !cp
+        .builtin_controller_leading()
+        .await
+        .expect("apiserver metrics")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the built-in election controller never led"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Events in `ns` about Lease `lease` that Conclave reported.
+async fn conclave_events(client: &Client, ns: &str, lease: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&Default::default())
+        .await
+        .expect("list Events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reporting_controller.as_deref() == Some("conclave")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(lease)
+        })
+        .map(|e| format!("{:?}: {:?}", e.reason, e.note))
+        .collect()
+}
+
+/// Conclave's Lease writes (create and update, any result) in a `/metrics` body.
+fn conclave_lease_writes(metrics: &str) -> f64 {
+    controller_support::metric_sum(
+        metrics,
+        "conclave_api_writes_total{operation=\"lease_create\"",
+    ) + controller_support::metric_sum(
+        metrics,
+        "conclave_api_writes_total{operation=\"lease_update\"",
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn auto_mode_lives_beside_the_active_builtin_controller() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
+    wait_builtin_leading(&cp).await;
     let client = cp.client().await.unwrap();
     let ns = cp.namespace("beside").await.unwrap();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    // Every write to the namespace's Leases from before the first one.
+    let writes = LeaseWrites::start(leases.clone()).await;
+    let metrics_addr = controller_support::free_addr();
     let mut cfg = config(&ns, "conclave-auto");
     cfg.mode = Mode::Auto;
     cfg.controller_namespace = ns.clone();
     cfg.namespaces = vec![ns.clone()];
+    cfg.metrics_addr = Some(metrics_addr);
     let plugins = priority_plugin_dir();
     let engine = Engine::new(EngineConfig {
         plugins_dir: plugins.as_ref().map(|d| d.path().to_path_buf()),
@@ -335,67 +386,123 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
         "example.com/none"
     };
     keep.push(responder(&client, &ns, "t", "tp", "1.37.0", "1.37.0", third_party).await);
-    // The built-in controller elects its Lease; Conclave leaves it alone.
-    wait_lease(
-        &leases,
-        "builtin",
-        "the built-in controller's election",
-        |r| r.holder() == Some("b"),
-    )
+    // The candidates renew their Leases as real clients do, and step down when pre-empted.
+    let _holder_a = CoordinatedHolder::start(leases.clone(), "builtin", "a");
+    let holder_b = CoordinatedHolder::start(leases.clone(), "builtin", "b");
+    let holder_t = CoordinatedHolder::start(leases.clone(), "tp", "t");
+    // The built-in controller elects its Lease; Conclave elects the third-party one.
+    wait_lease(&leases, "builtin", "b to hold and renew", |r| {
+        r.holder() == Some("b") && r.preferred().is_none() && r.lease_duration_seconds == Some(3)
+    })
     .await;
     if plugins.is_some() {
-        wait_lease(&leases, "tp", "Conclave's third-party election", |r| {
-            r.holder() == Some("t")
+        wait_lease(&leases, "tp", "t to hold and renew", |r| {
+            r.holder() == Some("t") && r.lease_duration_seconds == Some(3)
         })
         .await;
     }
 
-    // Count every write to both Leases for 60 s.
-    let writes = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let recorder = tokio::spawn({
-        let writes = writes.clone();
-        let leases = leases.clone();
-        async move {
-            let stream = watcher(leases, watcher::Config::default())
-                .default_backoff()
-                .touched_objects();
-            futures::pin_mut!(stream);
-            while let Some(Ok(lease)) = stream.next().await {
-                let record = lease_record(&lease);
-                writes.lock().unwrap().push(format!(
-                    "{} holder={:?} preferred={:?} rv={}",
-                    record.name,
-                    record.holder(),
-                    record.preferred(),
-                    record.resource_version
-                ));
-            }
-        }
-    });
+    // 60 s of steady state: only the holders' renewals may write.
+    let before = controller_support::scrape(metrics_addr).await;
+    let window = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    recorder.abort();
-    let writes = writes.lock().unwrap().clone();
-    let flips = |lease: &str| {
-        let states: Vec<&String> = writes
-            .iter()
-            .filter(|w| w.starts_with(&format!("{lease} ")))
-            .collect();
-        states
-            .windows(2)
-            .filter(|w| {
-                let holder = |s: &str| s.split(" rv=").next().unwrap_or_default().to_owned();
-                holder(w[0]) != holder(w[1])
-            })
-            .count()
+    let after = controller_support::scrape(metrics_addr).await;
+    let end = tokio::time::Instant::now();
+    let by_b: HashSet<String> = holder_b.writes().into_iter().collect();
+    let by_t: HashSet<String> = holder_t.writes().into_iter().collect();
+    drop(holder_t);
+    drop(holder_b);
+    let in_window = |lease: &str| -> Vec<LeaseWrite> {
+        writes
+            .of(lease)
+            .into_iter()
+            .filter(|w| w.seen_at > window && w.seen_at <= end)
+            .collect()
     };
+    let builtin = in_window("builtin");
+    let tp = in_window("tp");
+    let conclave_in_window = conclave_lease_writes(&after) - conclave_lease_writes(&before);
     eprintln!(
-        "writes seen in 60 s: {} (builtin holder/preferred changes {}, tp changes {})",
-        writes.len(),
-        flips("builtin"),
-        flips("tp")
+        "writes in 60 s: builtin {} (renewals by b {}), tp {} (renewals by t {}); \
+         Conclave's Lease writes in the window {conclave_in_window}",
+        builtin.len(),
+        builtin
+            .iter()
+            .filter(|w| by_b.contains(&w.record.resource_version))
+            .count(),
+        tp.len(),
+        tp.iter()
+            .filter(|w| by_t.contains(&w.record.resource_version))
+            .count(),
     );
-    assert_eq!(flips("builtin"), 0, "no back-and-forth: {writes:#?}");
-    assert_eq!(flips("tp"), 0, "no back-and-forth: {writes:#?}");
+
+    // The built-in controller's Lease: in steady state only its holder's renewals write it...
+    let foreign: Vec<&LeaseWrite> = builtin
+        .iter()
+        .filter(|w| !by_b.contains(&w.record.resource_version))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "writes to `builtin` in steady state that are not b's renewals: {foreign:#?}"
+    );
+    assert!(
+        builtin.len() >= 10,
+        "b renews `builtin` every 300 ms, the watch saw {} writes in 60 s",
+        builtin.len()
+    );
+    // ...and over the whole run Conclave never touched it: no write of its own (Conclave's
+    // creates and take-overs carry the elected-by annotation) and no Event (pre-emptions and
+    // conflicts come with one).
+    let annotated: Vec<LeaseWrite> = writes
+        .of("builtin")
+        .into_iter()
+        .filter(|w| w.elected_by_annotation)
+        .collect();
+    assert!(
+        annotated.is_empty(),
+        "Conclave wrote the built-in controller's Lease: {annotated:#?}"
+    );
+    let events = conclave_events(&client, &ns, "builtin").await;
+    assert!(
+        events.is_empty(),
+        "Conclave acted on the built-in controller's Lease: {events:#?}"
+    );
+    assert_eq!(
+        conclave_in_window, 0.0,
+        "Conclave wrote Leases in steady state"
+    );
+
+    // Conclave's third-party Lease: elected once by Conclave, then only t's renewals.
+    if plugins.is_some() {
+        assert!(
+            writes
+                .of("tp")
+                .iter()
+                .any(|w| w.elected_by_annotation && w.record.holder() == Some("t")),
+            "Conclave elected t for `tp`"
+        );
+        let foreign: Vec<&LeaseWrite> = tp
+            .iter()
+            .filter(|w| !by_t.contains(&w.record.resource_version))
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "writes to `tp` in steady state that are not t's renewals: {foreign:#?}"
+        );
+        assert!(
+            tp.len() >= 10,
+            "t renews `tp` every 300 ms, the watch saw {} writes in 60 s",
+            tp.len()
+        );
+        let flips: Vec<&LeaseWrite> = tp
+            .iter()
+            .filter(|w| w.record.holder() != Some("t") || w.record.preferred().is_some())
+            .collect();
+        assert!(
+            flips.is_empty(),
+            "holder or preferredHolder moved on `tp`: {flips:#?}"
+        );
+    }
     shutdown.cancel();
     task.await.unwrap();
     cp.check_running().unwrap();

@@ -5,12 +5,13 @@
 use conclave::controller::{self, ControllerConfig};
 use conclave::engine::{Engine, EngineConfig};
 use conclave_core::k8s::{lease_record, timestamp};
-use conclave_core::lease::LeaseRecord;
+use conclave_core::lease::{ELECTED_BY_ANNOTATION, LeaseRecord};
 use conclave_core::plan::Mode;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
@@ -219,19 +220,44 @@ impl Drop for HolderAudit {
     }
 }
 
+/// How a [`CoordinatedHolder`] writes its renewals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderWrites {
+    /// A full-object update (PUT) with the resourceVersion read, as client-go's LeaseLock does.
+    Replace,
+    /// A JSON merge patch carrying the resourceVersion read as precondition: the same guarantee
+    /// through another verb, so faults injected on Lease updates reach only the controller.
+    MergePatch,
+}
+
 /// A coordinated client for one identity: while the Lease names it as holder it renews every
 /// 300 ms (3 s duration); when `preferredHolder` names someone else it releases the Lease (empty
-/// holder, 1 s duration), as client-go's coordinated elector with release-on-cancel does.
+/// holder, 1 s duration), as client-go's coordinated elector with release-on-cancel does. Every
+/// write carries the resourceVersion just read; the resourceVersions of its successful writes
+/// are kept, so a test can tell its writes from anyone else's.
 pub struct CoordinatedHolder {
     task: tokio::task::JoinHandle<()>,
     released: Arc<Mutex<u32>>,
+    written: Arc<Mutex<Vec<String>>>,
 }
 
 impl CoordinatedHolder {
-    /// Starts renewing `name` for `identity`.
+    /// Starts renewing `name` for `identity` with full-object updates.
     pub fn start(api: Api<Lease>, name: &str, identity: &str) -> Self {
+        Self::start_writing(api, name, identity, HolderWrites::Replace)
+    }
+
+    /// Starts renewing `name` for `identity`, writing as `writes` says.
+    pub fn start_writing(
+        api: Api<Lease>,
+        name: &str,
+        identity: &str,
+        writes: HolderWrites,
+    ) -> Self {
         let released: Arc<Mutex<u32>> = Arc::default();
-        let (name, identity, count) = (name.to_owned(), identity.to_owned(), released.clone());
+        let written: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (name, identity) = (name.to_owned(), identity.to_owned());
+        let (count, rvs) = (released.clone(), written.clone());
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -245,32 +271,64 @@ impl CoordinatedHolder {
                 let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
                     jiff::Timestamp::now(),
                 );
-                let spec = lease.spec.get_or_insert_with(Default::default);
                 let step_down = record.preferred().is_some_and(|p| p != identity);
-                if step_down {
-                    spec.holder_identity = Some(String::new());
-                    spec.lease_duration_seconds = Some(1);
-                    spec.preferred_holder = None;
-                } else {
-                    spec.lease_duration_seconds = Some(3);
-                }
-                spec.renew_time = Some(now);
-                if api
-                    .replace(&name, &Default::default(), &lease)
-                    .await
-                    .is_ok()
-                    && step_down
-                {
-                    *count.lock().unwrap() += 1;
+                let result = match writes {
+                    HolderWrites::Replace => {
+                        let spec = lease.spec.get_or_insert_with(Default::default);
+                        if step_down {
+                            spec.holder_identity = Some(String::new());
+                            spec.lease_duration_seconds = Some(1);
+                            spec.preferred_holder = None;
+                        } else {
+                            spec.lease_duration_seconds = Some(3);
+                        }
+                        spec.renew_time = Some(now);
+                        api.replace(&name, &PostParams::default(), &lease).await
+                    }
+                    HolderWrites::MergePatch => {
+                        let spec = if step_down {
+                            serde_json::json!({
+                                "holderIdentity": "",
+                                "leaseDurationSeconds": 1,
+                                "preferredHolder": null,
+                                "renewTime": now,
+                            })
+                        } else {
+                            serde_json::json!({"leaseDurationSeconds": 3, "renewTime": now})
+                        };
+                        let patch = serde_json::json!({
+                            "metadata": {"resourceVersion": record.resource_version},
+                            "spec": spec,
+                        });
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                    }
+                };
+                if let Ok(written) = result {
+                    rvs.lock()
+                        .unwrap()
+                        .push(written.metadata.resource_version.unwrap_or_default());
+                    if step_down {
+                        *count.lock().unwrap() += 1;
+                    }
                 }
             }
         });
-        Self { task, released }
+        Self {
+            task,
+            released,
+            written,
+        }
     }
 
     /// How many times it stepped down.
     pub fn releases(&self) -> u32 {
         *self.released.lock().unwrap()
+    }
+
+    /// The resourceVersions of its successful writes (renewals and releases), in order.
+    pub fn writes(&self) -> Vec<String> {
+        self.written.lock().unwrap().clone()
     }
 }
 
@@ -280,9 +338,190 @@ impl Drop for CoordinatedHolder {
     }
 }
 
+/// One observed version of a Lease: a write, as a watch delivered it.
+#[derive(Debug, Clone)]
+pub struct LeaseWrite {
+    /// When the watch delivered it.
+    pub seen_at: tokio::time::Instant,
+    /// The Lease as written.
+    pub record: LeaseRecord,
+    /// Whether the Lease carries the `coordination.conclave.dev/elected-by` annotation (any
+    /// value).
+    pub elected_by_annotation: bool,
+}
+
+/// Records every write to the Leases of one namespace, once per resourceVersion, from a watch
+/// started before the writes happen.
+pub struct LeaseWrites {
+    writes: Arc<Mutex<Vec<LeaseWrite>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseWrites {
+    /// Starts watching every Lease of `api` (a namespaced Api); waits until the watch has
+    /// listed, so later writes are not missed.
+    pub async fn start(api: Api<Lease>) -> Self {
+        let writes: Arc<Mutex<Vec<LeaseWrite>>> = Arc::default();
+        let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
+        let sink = writes.clone();
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(stream);
+            let mut listed = Some(listed_tx);
+            let mut seen = std::collections::HashSet::new();
+            while let Some(event) = stream.next().await {
+                let lease = match event {
+                    Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => lease,
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = listed.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let record = lease_record(&lease);
+                if !seen.insert((record.name.clone(), record.resource_version.clone())) {
+                    continue;
+                }
+                let elected_by_annotation = lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ELECTED_BY_ANNOTATION));
+                sink.lock().unwrap().push(LeaseWrite {
+                    seen_at: tokio::time::Instant::now(),
+                    record,
+                    elected_by_annotation,
+                });
+            }
+        });
+        tokio::time::timeout(WAIT, listed_rx)
+            .await
+            .expect("the Lease watch lists within the wait")
+            .expect("the Lease watch runs");
+        Self { writes, task }
+    }
+
+    /// The writes to Lease `name` seen so far, in the order the watch delivered them.
+    pub fn of(&self, name: &str) -> Vec<LeaseWrite> {
+        self.writes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.record.name == name)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for LeaseWrites {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Answers pings of the LeaseCandidate `name` (renews it whenever `pingTime` is newer than
+/// `renewTime`, with the resourceVersion read as precondition) until dropped: for a candidate
+/// that exists already, e.g. one that was silent so far.
+pub struct PingAnswerer {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PingAnswerer {
+    /// Starts answering for `name` through `api`.
+    pub fn start(api: Api<LeaseCandidate>, name: &str) -> Self {
+        let name = name.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(Some(mut candidate)) = api.get_opt(&name).await
+                    && let Some(spec) = candidate.spec.as_mut()
+                    && spec.ping_time.as_ref().is_some_and(|ping| {
+                        spec.renew_time
+                            .as_ref()
+                            .is_none_or(|renew| ping.0 > renew.0)
+                    })
+                {
+                    spec.renew_time =
+                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                            jiff::Timestamp::now(),
+                        ));
+                    let _ = api.replace(&name, &PostParams::default(), &candidate).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Self { task }
+    }
+}
+
+impl Drop for PingAnswerer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A free loopback address for a metrics server.
+pub fn free_addr() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    probe.local_addr().expect("addr")
+}
+
+/// One plain HTTP/1.1 GET; returns the status line and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    try_http_get(addr, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(String, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}
+
+/// The sum of every sample in the Prometheus text `body` whose series starts with `series`
+/// (e.g. `conclave_api_writes_total{operation="lease_update"` sums over the other labels).
+pub fn metric_sum(body: &str, series: &str) -> f64 {
+    body.lines()
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+/// The controller's `/metrics` at `addr`, once it answers 200.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(Ok((status, body))) =
+            tokio::time::timeout(Duration::from_secs(5), try_http_get(addr, "/metrics")).await
+            && status.contains("200")
+        {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/metrics at {addr} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Waits for the LeaseCandidate of Lease `lease` announcing `emulation_version`; returns its name.
 pub async fn wait_candidate(
-    api: &Api<k8s_openapi::api::coordination::v1beta1::LeaseCandidate>,
+    api: &Api<LeaseCandidate>,
     lease: &str,
     emulation_version: &str,
 ) -> String {
