@@ -12,8 +12,9 @@ use prometheus_client::registry::Registry;
 pub struct ElectionLabels {
     /// The strategy the election ran under.
     pub strategy: String,
-    /// `create`, `take_over`, `preempt`, `clear_preferred`, `conflict`, `unknown_strategy`,
-    /// `plugin_error`, `no_winner`, `write_error`.
+    /// `create`, `take_over`, `preempt`, `clear_preferred`, `unknown_strategy`, `plugin_error`,
+    /// `no_winner`, `write_error`. A strategy conflict has no strategy to label it with; it is
+    /// counted by `strategy_conflicts` and shown by `strategy_conflicted_leases`.
     pub outcome: String,
 }
 
@@ -68,6 +69,8 @@ pub struct Metrics {
     pub plugin_errors: Family<PluginErrorLabels, Counter>,
     /// Strategy conflicts among candidates (each blocked election step).
     pub conflicts: Counter,
+    /// Leases whose election is blocked now by a strategy conflict.
+    pub conflicted_leases: Gauge,
     /// Leases this controller currently manages (have candidates and a handled strategy).
     pub managed_leases: Gauge,
     /// LeaseCandidates in the cache.
@@ -92,6 +95,7 @@ impl Metrics {
             plugin_latency: Family::new_with_constructor(latency_histogram),
             plugin_errors: Family::default(),
             conflicts: Counter::default(),
+            conflicted_leases: Gauge::default(),
             managed_leases: Gauge::default(),
             candidates: Gauge::default(),
             gc_deletions: Counter::default(),
@@ -138,6 +142,11 @@ impl Metrics {
             "strategy_conflicts",
             "Election steps blocked by candidates disagreeing on the strategy",
             metrics.conflicts.clone(),
+        );
+        r.register(
+            "strategy_conflicted_leases",
+            "Leases whose election is blocked now by candidates disagreeing on the strategy",
+            metrics.conflicted_leases.clone(),
         );
         r.register(
             "managed_leases",

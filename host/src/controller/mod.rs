@@ -1,6 +1,7 @@
 //! The coordinated leader election controller (`conclave run`).
 //!
-//! Shape (see DESIGN.md, "One election, as data"):
+//! Shape: the decisions of an election are pure functions over plain data
+//! (`conclave_core::plan`, `conclave_core::strategy`); this module does the I/O around them:
 //! - [`cache`]: kube-rs reflectors on Leases and LeaseCandidates (cluster-wide or per namespace);
 //!   every watch event enqueues a Lease key; followers keep these caches warm;
 //! - [`queue`]: Lease keys, deduplicated, delayed re-adds (ping windows, expiry timers), one worker
@@ -132,6 +133,8 @@ pub struct Context {
     builtin_active: AtomicBool,
     pings: PendingPings,
     managed: Mutex<HashSet<String>>,
+    /// Leases whose election a strategy conflict blocks now.
+    conflicted: Mutex<HashSet<String>>,
     starts: latency::ElectionStarts,
     failures: Mutex<HashMap<String, u32>>,
     /// Writers hold it shared; shutdown takes it exclusively to wait for in-flight writes.
@@ -161,6 +164,26 @@ impl Context {
         self.metrics
             .managed_leases
             .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Marks the election of `key` as blocked by a strategy conflict, or not (any other outcome
+    /// of a step: elected, nothing to do, no candidates left, ...).
+    fn set_conflicted(&self, key: &str, conflicted: bool) {
+        let mut set = lock(&self.conflicted);
+        if conflicted {
+            set.insert(key.to_owned());
+        } else {
+            set.remove(key);
+        }
+        self.metrics
+            .conflicted_leases
+            .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Forgets every blocked Lease (the term ended: a follower blocks nothing).
+    fn clear_conflicted(&self) {
+        lock(&self.conflicted).clear();
+        self.metrics.conflicted_leases.set(0);
     }
 
     fn record_ping(&self, namespace: &str, name: &str, at: Timestamp) {
@@ -318,6 +341,7 @@ pub async fn run(
         builtin_active: AtomicBool::new(false),
         pings,
         managed: Mutex::default(),
+        conflicted: Mutex::default(),
         starts: latency::ElectionStarts::default(),
         failures: Mutex::default(),
         writes_in_flight: tokio::sync::RwLock::new(()),
@@ -405,6 +429,7 @@ async fn lead(ctx: Arc<Context>, term: conclave_candidate::Term) {
     term.spawn(async move { candidate_gc(gc_ctx, token).await });
     term.cancelled().await;
     ctx.metrics.active.set(0);
+    ctx.clear_conflicted();
     tracing::info!(term = term.number(), "stopped being the active controller");
 }
 
@@ -445,6 +470,7 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
         }
         let now = ctx.now();
         for candidate in ctx.caches.all_candidates() {
+            let lease = cache::candidate_lease_key(&candidate).unwrap_or_default();
             if !candidate_expired(
                 &candidate_view(&candidate),
                 now,
@@ -461,11 +487,11 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
             match writer::collect_candidate(&ctx, ns, name, now).await {
                 Ok(true) => {
                     ctx.metrics.gc_deletions.inc();
-                    tracing::info!(candidate = %format!("{ns}/{name}"), "garbage-collected a LeaseCandidate");
+                    tracing::info!(%lease, candidate = %format!("{ns}/{name}"), "garbage-collected a LeaseCandidate");
                 }
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(candidate = %format!("{ns}/{name}"), %error, "candidate GC failed");
+                    tracing::warn!(%lease, candidate = %format!("{ns}/{name}"), %error, "candidate GC failed");
                 }
             }
         }

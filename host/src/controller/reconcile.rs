@@ -121,6 +121,7 @@ async fn step(
     if candidates.is_empty() {
         // Not managed by coordinated election (upstream: a Lease without candidates is left alone).
         ctx.set_managed(key, false);
+        ctx.set_conflicted(key, false);
         return Ok((Next::Idle, Progress::Settled));
     }
     let votes: Vec<StrategyVote<'_>> = candidates
@@ -131,11 +132,12 @@ async fn step(
             binary_version: &c.binary_version,
         })
         .collect();
-    let strategy = match resolve_strategy(lease.as_ref().and_then(LeaseRecord::strategy), &votes) {
+    let choice = resolve_strategy(lease.as_ref().and_then(LeaseRecord::strategy), &votes);
+    ctx.set_conflicted(key, matches!(choice, StrategyChoice::Conflict(_)));
+    let strategy = match choice {
         StrategyChoice::FromLease(s) | StrategyChoice::FromCandidates(s) => s,
         StrategyChoice::Conflict(conflict) => {
             ctx.metrics.conflicts.inc();
-            ctx.metrics.election("", "conflict");
             tracing::warn!(%conflict, "strategy conflict; nothing written");
             ctx.event(
                 lease_obj,
