@@ -1,6 +1,7 @@
 //! The engine's sandbox, proven against hand-written fixtures (`fixtures/strategy.wat`): runaway
 //! loops, memory bombs, traps, bad answers and forbidden imports each become a typed error, and the
-//! engine keeps serving good plugins afterwards.
+//! engine keeps serving good plugins afterwards. A plain `std` guest (`fixtures/wasi-guest`) runs only
+//! with `--allow-wasi`, in a context that denies it the filesystem, environment and real clocks.
 
 use conclave::engine::{Engine, EngineConfig, EngineError, Limits};
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
@@ -334,4 +335,107 @@ fn wasi_component_is_accepted_only_with_allow_wasi() {
         None
     );
     assert_good_plugin_still_works(&engine);
+}
+
+/// Builds `fixtures/wasi-guest`, a plain `std` guest for wasm32-wasip2, and returns its component.
+fn build_std_guest() -> std::path::PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = manifest_dir.join("../target/wasi-guest");
+    let mut build = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
+    build
+        .current_dir(manifest_dir.join("tests/fixtures/wasi-guest"))
+        .args([
+            "build",
+            "--locked",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target_dir);
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+    ] {
+        build.env_remove(var);
+    }
+    let built = build.output().expect("run cargo");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    target_dir.join("wasm32-wasip2/release/wasi_guest.wasm")
+}
+
+#[test]
+fn a_std_guest_runs_only_with_allow_wasi_and_in_a_deny_all_context() {
+    let wasm = build_std_guest();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("std.wasm")).unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert!(
+        matches!(&error, EngineError::ForbiddenImport { import, .. } if import.starts_with("wasi:")),
+        "{error}"
+    );
+
+    // The guest names the candidate only if the filesystem, environment, arguments and clocks
+    // were all denied; its stdout and stderr reach the host log.
+    let vectors = dir.path().join("vectors.json");
+    std::fs::write(
+        &vectors,
+        serde_json::json!({
+            "strategy": "test/wasi-std",
+            "cases": [{
+                "name": "every probe is denied",
+                "now": "2026-06-01T12:00:00Z",
+                "lease": null,
+                "candidates": [{
+                    "apiVersion": "coordination.k8s.io/v1beta1",
+                    "kind": "LeaseCandidate",
+                    "metadata": {
+                        "name": "only",
+                        "namespace": "default",
+                        "creationTimestamp": "2026-01-01T00:00:00Z"
+                    },
+                    "spec": {
+                        "leaseName": "l",
+                        "binaryVersion": "1.33.0",
+                        "emulationVersion": "1.33.0",
+                        "strategy": "test/wasi-std",
+                        "renewTime": "2026-06-01T11:59:59.000000Z"
+                    }
+                }],
+                "expect": {"leader": "only"}
+            }]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .args(["strategy", "test"])
+        .arg(&wasm)
+        .arg("--vectors")
+        .arg(&vectors)
+        .arg("--allow-wasi")
+        .output()
+        .expect("run conclave");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.ends_with("1 passed, 0 failed\n"), "{stdout}");
+    for line in [
+        "wasi-guest stdout: 1 candidates",
+        "wasi-guest stderr: probing the sandbox",
+    ] {
+        assert!(
+            stderr.contains(line),
+            "{line:?} not in the host log: {stderr}"
+        );
+    }
 }
