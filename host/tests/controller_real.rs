@@ -8,6 +8,7 @@ mod controller_support;
 use conclave::controller::ControllerConfig;
 use conclave::engine::{Engine, EngineConfig};
 use conclave_core::k8s::lease_record;
+use conclave_core::lease::LeaseRecord;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
@@ -505,5 +506,200 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     }
     shutdown.cancel();
     task.await.unwrap();
+    cp.check_running().unwrap();
+}
+
+/// How long a Lease's holder and preferredHolder must stay unchanged (renewals aside), after the
+/// last candidate registered, to count as the controller's settled answer: twice the ack window.
+const QUIET: Duration = Duration::from_secs(10);
+
+/// Waits until `lease` is settled: held by someone who renews it (its duration is no longer the
+/// 5 s a controller writes), nobody preferred, and holder and preferredHolder unchanged for
+/// [`QUIET`], counted from `since` at the earliest. Returns the settled record.
+async fn settled(leases: &Api<Lease>, lease: &str, since: tokio::time::Instant) -> LeaseRecord {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let mut last: Option<(Option<String>, Option<String>)> = None;
+    let mut unchanged_since = since;
+    loop {
+        if let Some(found) = leases.get_opt(lease).await.expect("read Lease") {
+            let record = lease_record(&found);
+            let state = (
+                record.holder().map(str::to_owned),
+                record.preferred().map(str::to_owned),
+            );
+            if last.as_ref() != Some(&state) {
+                unchanged_since = tokio::time::Instant::now().max(since);
+                last = Some(state);
+            }
+            let now = tokio::time::Instant::now();
+            if record.holder().is_some()
+                && record.preferred().is_none()
+                && record.lease_duration_seconds != Some(5)
+                && now.duration_since(unchanged_since) >= QUIET
+            {
+                return record;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Lease {lease} never settled; last holder/preferred {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One differential case: LeaseCandidates `(name, binary, emulation)` for Lease `lease`,
+/// registered in this order 1.1 s apart (so their creationTimestamps, which have 1 s resolution,
+/// differ in the same order), each renewing the Lease while it holds it and stepping down when
+/// pre-empted. Returns the settled holder and whether Conclave's annotation is on the Lease.
+async fn elect_candidates(
+    client: &Client,
+    ns: &str,
+    lease: &str,
+    set: &[(&str, &str, &str)],
+) -> (String, bool) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let mut keep = Vec::new();
+    for (i, (name, binary, emulation)) in set.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        let candidate = responder(client, ns, name, lease, binary, emulation, OEV).await;
+        let holder = CoordinatedHolder::start(leases.clone(), lease, name);
+        keep.push((candidate, holder));
+    }
+    let record = settled(&leases, lease, tokio::time::Instant::now()).await;
+    (
+        record.holder().unwrap_or_default().to_owned(),
+        record.elected_by_conclave,
+    )
+}
+
+/// Emulation version 1.37 ties with nothing; 1.36 twice: binary version decides.
+const BINARY_DECIDES: &[(&str, &str, &str)] = &[
+    ("c1", "1.37.0", "1.36.0"),
+    ("c2", "1.36.0", "1.36.0"),
+    ("c3", "1.37.0", "1.37.0"),
+];
+
+/// Both versions tie: the older creationTimestamp decides (the first registered), even though
+/// the other name sorts first.
+const CREATION_DECIDES: &[(&str, &str, &str)] = &[
+    ("z-first", "1.37.0", "1.36.0"),
+    ("a-second", "1.37.0", "1.36.0"),
+];
+
+/// kube-schedulers started in this order, each `--emulated-version`.
+const SCHEDULERS: [&str; 3] = ["1.37", "1.35", "1.36"];
+
+/// Starts [`SCHEDULERS`] in order, the first alone until it renews the Lease itself (a
+/// coordinated client pre-empted before its first renewal never leads, and never steps down),
+/// then waits for the settled holder. Returns the holder's emulation version, whether Conclave's
+/// annotation is on the Lease, and the processes (killed on drop).
+async fn elect_schedulers(
+    cp: &ControlPlane,
+    client: &Client,
+) -> (String, bool, Vec<conclave_testkit::KubeComponent>) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "kube-system");
+    let mut schedulers = vec![cp.start_scheduler(Some(SCHEDULERS[0])).expect("scheduler")];
+    let first = wait_lease(&leases, "kube-scheduler", "a first holder", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    let first_holder = first.holder().unwrap().to_owned();
+    wait_lease(
+        &leases,
+        "kube-scheduler",
+        "the first holder to renew the Lease itself",
+        |r| r.holder() == Some(first_holder.as_str()) && r.renew_time > first.renew_time,
+    )
+    .await;
+    for version in &SCHEDULERS[1..] {
+        schedulers.push(cp.start_scheduler(Some(version)).expect("scheduler"));
+        controller_support::wait_candidate(&candidates, "kube-scheduler", &format!("{version}.0"))
+            .await;
+    }
+    let record = settled(&leases, "kube-scheduler", tokio::time::Instant::now()).await;
+    let holder = record.holder().unwrap_or_default();
+    let candidate = candidates
+        .get(holder)
+        .await
+        .expect("the holder is a candidate");
+    let emulation = candidate
+        .spec
+        .and_then(|s| s.emulation_version)
+        .unwrap_or_default();
+    (emulation, record.elected_by_conclave, schedulers)
+}
+
+/// Removes what a scheduler run left in `kube-system`: its LeaseCandidates and the Lease.
+async fn clear_schedulers(client: &Client) {
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "kube-system");
+    for candidate in candidates.list(&Default::default()).await.unwrap().items {
+        if candidate.spec.as_ref().map(|s| s.lease_name.as_str()) == Some("kube-scheduler") {
+            let name = candidate.metadata.name.unwrap_or_default();
+            let _ = candidates.delete(&name, &Default::default()).await;
+        }
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let _ = leases.delete("kube-scheduler", &Default::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conclave_elects_whom_the_builtin_controller_elects() {
+    let Some(cp) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    wait_builtin_leading(&cp).await;
+    let client = cp.client().await.unwrap();
+
+    // The built-in controller elects.
+    let ns = cp.namespace("builtin-elects").await.unwrap();
+    let (builtin_binary, binary_annotated) =
+        elect_candidates(&client, &ns, "binary", BINARY_DECIDES).await;
+    let (builtin_creation, creation_annotated) =
+        elect_candidates(&client, &ns, "creation", CREATION_DECIDES).await;
+    let (builtin_scheduler, scheduler_annotated, schedulers) = elect_schedulers(&cp, &client).await;
+    assert!(
+        !(binary_annotated || creation_annotated || scheduler_annotated),
+        "the built-in controller's elections carry no Conclave annotation"
+    );
+    drop(schedulers);
+    clear_schedulers(&client).await;
+
+    // The same situations under Conclave, the built-in controller held passive.
+    let _hold = cp
+        .hold_builtin_controller_lease()
+        .await
+        .expect("built-in controller passive");
+    let ns = cp.namespace("conclave-elects").await.unwrap();
+    let mut cfg = config(&ns, "conclave-differential");
+    cfg.namespaces = vec![ns.clone(), "kube-system".into()];
+    cfg.controller_namespace = ns.clone();
+    // Upstream's ack window; the lease duration written is upstream's 5 s by default.
+    cfg.ack_window = Duration::from_secs(5);
+    let _controller = start(client.clone(), cfg);
+    let (conclave_binary, binary_annotated) =
+        elect_candidates(&client, &ns, "binary", BINARY_DECIDES).await;
+    let (conclave_creation, creation_annotated) =
+        elect_candidates(&client, &ns, "creation", CREATION_DECIDES).await;
+    let (conclave_scheduler, scheduler_annotated, _schedulers) =
+        elect_schedulers(&cp, &client).await;
+    assert!(
+        binary_annotated && creation_annotated && scheduler_annotated,
+        "Conclave made these elections"
+    );
+
+    eprintln!(
+        "built-in / Conclave: binary tie {builtin_binary} / {conclave_binary}, full tie \
+         {builtin_creation} / {conclave_creation}, schedulers {builtin_scheduler} / {conclave_scheduler}"
+    );
+    assert_eq!(conclave_binary, builtin_binary, "emulation versions tie");
+    assert_eq!(conclave_creation, builtin_creation, "both versions tie");
+    assert_eq!(
+        conclave_scheduler, builtin_scheduler,
+        "kube-schedulers: the same instance (by emulated version and start order)"
+    );
     cp.check_running().unwrap();
 }
