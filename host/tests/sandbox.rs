@@ -337,13 +337,13 @@ fn wasi_component_is_accepted_only_with_allow_wasi() {
     assert_good_plugin_still_works(&engine);
 }
 
-/// Builds `fixtures/wasi-guest`, a plain `std` guest for wasm32-wasip2, and returns its component.
-fn build_std_guest() -> std::path::PathBuf {
+/// Builds the fixture crate `fixtures/NAME` for wasm32-wasip2 and returns its component.
+fn build_fixture(name: &str) -> std::path::PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target_dir = manifest_dir.join("../target/wasi-guest");
     let mut build = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
     build
-        .current_dir(manifest_dir.join("tests/fixtures/wasi-guest"))
+        .current_dir(manifest_dir.join("tests/fixtures").join(name))
         .args([
             "build",
             "--locked",
@@ -368,12 +368,31 @@ fn build_std_guest() -> std::path::PathBuf {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    target_dir.join("wasm32-wasip2/release/wasi_guest.wasm")
+    target_dir.join(format!(
+        "wasm32-wasip2/release/{}.wasm",
+        name.replace('-', "_")
+    ))
+}
+
+#[test]
+fn a_panic_in_an_sdk_plugin_becomes_a_trap_error() {
+    // Built with the SDK, whose panic handler aborts: the host must see a trap, not hang or crash.
+    let wasm = build_fixture("panic-guest");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("panic.wasm")).unwrap();
+    let engine = engine_with(dir.path()).unwrap();
+    for _ in 0..2 {
+        let error = engine
+            .elect("test/panic", &request("test/panic"))
+            .unwrap_err();
+        assert_eq!(error.kind(), "trap", "{error}");
+        assert_good_plugin_still_works(&engine);
+    }
 }
 
 #[test]
 fn a_std_guest_runs_only_with_allow_wasi_and_in_a_deny_all_context() {
-    let wasm = build_std_guest();
+    let wasm = build_fixture("wasi-guest");
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&wasm, dir.path().join("std.wasm")).unwrap();
     let error = engine_with(dir.path()).unwrap_err();
