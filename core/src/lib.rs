@@ -13,6 +13,7 @@ pub mod k8s;
 pub mod lease;
 pub mod plan;
 pub mod request;
+pub mod step;
 pub mod strategy;
 pub mod time;
 pub mod validation;

@@ -1,7 +1,7 @@
 //! Planning one election step as pure data: which candidates count, whom to ping, when to look
 //! again, and what to write into the Lease.
 //!
-//! The controller runs one step per reconcile of a Lease key:
+//! [`crate::step`] composes them into one step per reconcile of a Lease key:
 //!
 //! 1. [`considered`]: live candidates, minus those that were pinged and never acked within the ack
 //!    window (left out until they renew by themselves, so each is pinged at most once per window);

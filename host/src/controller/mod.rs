@@ -1,12 +1,13 @@
 //! The coordinated leader election controller (`conclave run`).
 //!
-//! Shape: the decisions of an election are pure functions over plain data
-//! (`conclave_core::plan`, `conclave_core::strategy`); this module does the I/O around them:
+//! Shape: one election step is a pure function over plain data (`conclave_core::step`: a Lease
+//! snapshot, candidate snapshots and now in, the writes to make out); this module does the I/O
+//! around it:
 //! - [`cache`]: kube-rs reflectors on Leases and LeaseCandidates (cluster-wide or per namespace);
 //!   every watch event enqueues a Lease key; followers keep these caches warm;
 //! - [`queue`]: Lease keys, deduplicated, delayed re-adds (ping windows, expiry timers), one worker
 //!   per key at a time;
-//! - [`reconcile`]: one election step: `conclave_core::plan` + the strategy ([`Decide`]) + the
+//! - [`reconcile`]: one election step: `conclave_core::step` + the strategy ([`Decide`]) + the
 //!   [`writer`], which carries a resourceVersion precondition on every write;
 //! - candidate garbage collection, detection of kube-apiserver's built-in controller (`--mode auto`),
 //!   metrics, Kubernetes Events, `/metrics` `/healthz` `/readyz`.

@@ -1,16 +1,15 @@
-//! One election step for one Lease key: read the caches, plan with the pure core, ask the
-//! strategy, then ping or write.
+//! One election step for one Lease key, as I/O around the pure step in [`conclave_core::step`]:
+//! read the caches, [`plan_step`], ask the strategy, [`Election::apply_answer`], then ping or
+//! write, and report (metrics, Events, logs).
 
 use super::Context;
 use super::latency::Progress;
 use super::writer::{self, WriteError};
 use conclave_core::k8s::{candidate_view, lease_record, validate_lease_candidate};
 use conclave_core::lease::LeaseRecord;
-use conclave_core::plan::{
-    self, PingPlan, WriteInput, WriteKind, candidate_expired, considered, plan_pings, plan_writes,
-};
-use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
-use conclave_core::strategy::{StrategyChoice, StrategyVote, resolve_strategy};
+use conclave_core::plan::{self, LeaseWrite, WriteKind};
+use conclave_core::request::CandidateView;
+use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepConfig, StepInput, plan_step};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::EventType;
@@ -79,15 +78,9 @@ enum StepError {
     Retry,
 }
 
-/// The live, valid candidates of a Lease, as core views.
-fn live_candidates(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    now: Timestamp,
-) -> Vec<CandidateView> {
-    let mut views: Vec<CandidateView> = ctx
-        .caches
+/// The valid candidates of a Lease, as core views (invalid ones are logged and left out).
+fn valid_candidates(ctx: &Context, namespace: &str, name: &str) -> Vec<CandidateView> {
+    ctx.caches
         .candidates_for(namespace, name)
         .iter()
         .filter(|c| {
@@ -102,10 +95,7 @@ fn live_candidates(
             errors.is_empty()
         })
         .map(|c| candidate_view(c))
-        .filter(|c| !candidate_expired(c, now, ctx.config.candidate_gc_after))
-        .collect();
-    views.sort_by(|a, b| a.name.cmp(&b.name));
-    views
+        .collect()
 }
 
 async fn step(
@@ -117,90 +107,38 @@ async fn step(
 ) -> Result<(Next, Progress), StepError> {
     let now = ctx.now();
     let lease = lease_obj.map(lease_record);
-    let candidates = live_candidates(ctx, namespace, name, now);
-    if candidates.is_empty() {
-        // Not managed by coordinated election (upstream: a Lease without candidates is left alone).
-        ctx.set_managed(key, false);
-        ctx.set_conflicted(key, false);
-        return Ok((Next::Idle, Progress::Settled));
-    }
-    let votes: Vec<StrategyVote<'_>> = candidates
-        .iter()
-        .map(|c| StrategyVote {
-            candidate: &c.name,
-            strategy: &c.strategy,
-            binary_version: &c.binary_version,
-        })
-        .collect();
-    let choice = resolve_strategy(lease.as_ref().and_then(LeaseRecord::strategy), &votes);
-    ctx.set_conflicted(key, matches!(choice, StrategyChoice::Conflict(_)));
-    let strategy = match choice {
-        StrategyChoice::FromLease(s) | StrategyChoice::FromCandidates(s) => s,
-        StrategyChoice::Conflict(conflict) => {
-            ctx.metrics.conflicts.inc();
-            tracing::warn!(%conflict, "strategy conflict; nothing written");
-            ctx.event(
-                lease_obj,
-                namespace,
-                name,
-                EventType::Warning,
-                "StrategyConflict",
-                conflict.to_string(),
-            )
-            .await;
-            return Ok((Next::Idle, Progress::Settled));
-        }
-        StrategyChoice::NoCandidates => return Ok((Next::Idle, Progress::Settled)),
-    };
-    if !ctx.config.mode.handles(&strategy, ctx.builtin_active()) {
-        tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
-        ctx.set_managed(key, false);
-        return Ok((Next::Idle, Progress::Settled));
-    }
-    ctx.set_managed(key, true);
-    if !ctx.decider.has_strategy(&strategy) {
-        ctx.metrics.election(&strategy, "unknown_strategy");
-        tracing::warn!(%strategy, "no plugin implements the strategy; nothing written");
-        ctx.event(
-            lease_obj,
+    let candidates = valid_candidates(ctx, namespace, name);
+    let plan = {
+        let decider = &ctx.decider;
+        let has_strategy = |strategy: &str| decider.has_strategy(strategy);
+        plan_step(&StepInput {
             namespace,
             name,
-            EventType::Warning,
-            "UnknownStrategy",
-            format!(
-                "no loaded plugin implements strategy {strategy:?}; add one with --plugins or fix \
-                 spec.strategy"
-            ),
-        )
-        .await;
-        return Ok((Next::Idle, Progress::Settled));
-    }
-
-    let pool = considered(&candidates, now, ctx.config.ack_window);
-    if pool.is_empty() {
-        tracing::debug!("every candidate is unresponsive; waiting for one to renew");
-        return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
-    }
-    let request = ElectionRequest {
-        lease: LeaseView {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            holder: lease.as_ref().and_then(|l| l.holder()).map(Into::into),
-            preferred_holder: lease.as_ref().and_then(|l| l.preferred()).map(Into::into),
-            strategy: strategy.clone(),
-            expired: lease.as_ref().is_none_or(|l| l.is_expired(now)),
-        },
-        now,
-        settings: String::new(),
-        candidates: pool.clone(),
+            lease: lease.as_ref(),
+            candidates: &candidates,
+            now,
+            config: StepConfig {
+                ack_window: ctx.config.ack_window,
+                candidate_gc_after: ctx.config.candidate_gc_after,
+                lease_duration_seconds: ctx.config.lease_duration_seconds,
+                mode: ctx.config.mode,
+            },
+            builtin_active: ctx.builtin_active(),
+            has_strategy: &has_strategy,
+        })
     };
-    let best = match ctx.decide(&strategy, request).await {
-        Ok(Some(best)) => best,
-        Ok(None) => {
-            ctx.metrics.election(&strategy, "no_winner");
-            tracing::info!(%strategy, "the strategy elected nobody");
-            return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
+    let election = match plan {
+        Plan::Skip(skip) => {
+            report_skip(ctx, key, lease_obj, namespace, name, skip.reason).await;
+            return Ok((next_at(skip.recheck_at), Progress::Settled));
         }
+        Plan::Decide(election) => election,
+    };
+    ctx.set_conflicted(key, false);
+    ctx.set_managed(key, true);
+    let strategy = election.strategy().to_owned();
+    let answer = match ctx.decide(&strategy, election.request().clone()).await {
+        Ok(answer) => answer,
         Err(error) => {
             ctx.metrics.election(&strategy, "plugin_error");
             ctx.metrics
@@ -223,73 +161,142 @@ async fn step(
             return Err(StepError::Retry);
         }
     };
-
-    let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
-    let Some(write) = plan_writes(&WriteInput {
-        namespace,
-        name,
-        lease: lease.as_ref(),
-        winner: &best,
-        strategy: &strategy,
-        candidates: &names,
-        now,
-        lease_duration_seconds: ctx.config.lease_duration_seconds,
-    }) else {
-        return Ok((idle_until_expiry(lease.as_ref(), now), Progress::Settled));
-    };
-
-    match plan_pings(&pool, &best, now, ctx.config.ack_window) {
-        PingPlan::Elect => {}
-        PingPlan::Ping {
+    match election.apply_answer(answer.as_deref()) {
+        Outcome::NoWinner { recheck_at } => {
+            ctx.metrics.election(&strategy, "no_winner");
+            tracing::info!(%strategy, "the strategy elected nobody");
+            Ok((next_at(recheck_at), Progress::Settled))
+        }
+        Outcome::Unchanged { recheck_at, .. } => Ok((next_at(recheck_at), Progress::Settled)),
+        Outcome::Ping {
+            winner,
             candidates: to_ping,
             recheck_at,
         } => {
-            tracing::debug!(winner = %best, pings = ?to_ping, "pinging candidates before electing");
+            tracing::debug!(%winner, pings = ?to_ping, "pinging candidates before electing");
             if writer::ping_all(ctx, namespace, &to_ping, now)
                 .await
                 .is_err()
             {
                 return Err(StepError::Retry);
             }
-            return Ok((Next::At(recheck_at), Progress::Continues));
+            Ok((Next::At(recheck_at), Progress::Continues))
         }
-        PingPlan::Wait { recheck_at } => {
-            tracing::debug!(winner = %best, "waiting for acks");
-            return Ok((Next::At(recheck_at), Progress::Continues));
+        Outcome::Wait { winner, recheck_at } => {
+            tracing::debug!(%winner, "waiting for acks");
+            Ok((Next::At(recheck_at), Progress::Continues))
+        }
+        Outcome::Write { winner, write } => {
+            write_lease(ctx, lease_obj, &election, &winner, &write, now).await
         }
     }
+}
 
+/// Reports a step that wrote nothing without asking the strategy: the managed and blocked
+/// gauges, and for a conflict or an unknown strategy a metric, a warning and an Event.
+async fn report_skip(
+    ctx: &Context,
+    key: &str,
+    lease_obj: Option<&Lease>,
+    namespace: &str,
+    name: &str,
+    reason: SkipReason,
+) {
+    ctx.set_conflicted(key, matches!(reason, SkipReason::Conflict(_)));
+    if let Some(managed) = reason.managed() {
+        ctx.set_managed(key, managed);
+    }
+    match reason {
+        SkipReason::NoCandidates => {}
+        SkipReason::Conflict(conflict) => {
+            ctx.metrics.conflicts.inc();
+            tracing::warn!(%conflict, "strategy conflict; nothing written");
+            ctx.event(
+                lease_obj,
+                namespace,
+                name,
+                EventType::Warning,
+                "StrategyConflict",
+                conflict.to_string(),
+            )
+            .await;
+        }
+        SkipReason::NotHandled { strategy } => {
+            tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
+        }
+        SkipReason::UnknownStrategy { strategy } => {
+            ctx.metrics.election(&strategy, "unknown_strategy");
+            tracing::warn!(%strategy, "no plugin implements the strategy; nothing written");
+            ctx.event(
+                lease_obj,
+                namespace,
+                name,
+                EventType::Warning,
+                "UnknownStrategy",
+                format!(
+                    "no loaded plugin implements strategy {strategy:?}; add one with --plugins or \
+                     fix spec.strategy"
+                ),
+            )
+            .await;
+        }
+        SkipReason::AllUnresponsive { .. } => {
+            tracing::debug!("every candidate is unresponsive; waiting for one to renew");
+        }
+    }
+}
+
+/// Makes the Lease write of an election (with the resourceVersion of `lease_obj`) and reports it.
+async fn write_lease(
+    ctx: &Context,
+    lease_obj: Option<&Lease>,
+    election: &Election,
+    winner: &str,
+    write: &LeaseWrite,
+    now: Timestamp,
+) -> Result<(Next, Progress), StepError> {
+    let strategy = election.strategy();
+    let (namespace, name) = (
+        election.request().lease.namespace.as_str(),
+        election.request().lease.name.as_str(),
+    );
     let kind = write.kind;
     match writer::write_lease(ctx, lease_obj, &write.desired).await {
         Ok(written) => {
             let written_at = Instant::now();
-            ctx.metrics.election(&strategy, kind.label());
+            ctx.metrics.election(strategy, kind.label());
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
                     "Elected",
-                    format!("{best} elected by strategy {strategy:?} ({})", kind.label()),
+                    format!(
+                        "{winner} elected by strategy {strategy:?} ({})",
+                        kind.label()
+                    ),
                 ),
                 WriteKind::Preempt => {
                     ctx.metrics
                         .preemptions
                         .get_or_create(&super::metrics::StrategyLabels {
-                            strategy: strategy.clone(),
+                            strategy: strategy.to_owned(),
                         })
                         .inc();
                     (
                         "Preempted",
                         format!(
-                            "{} asked to step down for {best} (strategy {strategy:?})",
-                            lease.as_ref().and_then(|l| l.holder()).unwrap_or_default()
+                            "{} asked to step down for {winner} (strategy {strategy:?})",
+                            election
+                                .lease()
+                                .and_then(LeaseRecord::holder)
+                                .unwrap_or_default()
                         ),
                     )
                 }
                 WriteKind::ClearPreferred => (
                     "Elected",
-                    format!("{best} holds the Lease; preferredHolder cleared"),
+                    format!("{winner} holds the Lease; preferredHolder cleared"),
                 ),
             };
-            tracing::info!(winner = %best, %strategy, write = kind.label(), "Lease written");
+            tracing::info!(%winner, %strategy, write = kind.label(), "Lease written");
             ctx.event(
                 Some(&written),
                 namespace,
@@ -301,22 +308,23 @@ async fn step(
             .await;
             let record = lease_record(&written);
             Ok((
-                idle_until_expiry(Some(&record), now),
+                next_at(plan::recheck_at(Some(&record), now)),
                 Progress::Written {
-                    strategy,
+                    strategy: strategy.to_owned(),
                     at: written_at,
                 },
             ))
         }
         Err(WriteError::Conflict) => Err(StepError::Conflict),
         Err(WriteError::Api(error)) => {
-            ctx.metrics.election(&strategy, "write_error");
+            ctx.metrics.election(strategy, "write_error");
             tracing::warn!(%error, write = kind.label(), "writing the Lease failed");
             Err(StepError::Retry)
         }
     }
 }
 
-fn idle_until_expiry(lease: Option<&LeaseRecord>, now: Timestamp) -> Next {
-    plan::recheck_at(lease, now).map_or(Next::Idle, Next::At)
+/// Looks again at `at`, or waits for an event.
+fn next_at(at: Option<Timestamp>) -> Next {
+    at.map_or(Next::Idle, Next::At)
 }

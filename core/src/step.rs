@@ -1,0 +1,796 @@
+//! One election step for one Lease, as a pure function: a Lease snapshot, candidate snapshots
+//! and `now` in, the writes to make out.
+//!
+//! A step has two phases because the strategy plugin runs in between (in a sandbox, on a
+//! blocking thread, possibly failing), and that call is the caller's business:
+//!
+//! 1. [`plan_step`] decides everything that does not need the strategy: which candidates count,
+//!    which strategy runs, whether this controller handles it, whether an election can run at all.
+//!    It answers [`Plan::Skip`] (nothing to write, and why) or [`Plan::Decide`] with an
+//!    [`Election`] whose [`request`](Election::request) the caller hands to the strategy.
+//! 2. [`Election::apply_answer`] turns the strategy's answer into an [`Outcome`]: the Lease write
+//!    to make, the candidates to ping first, or nothing.
+//!
+//! The order of the checks is part of the behaviour: a strategy conflict blocks a Lease before the
+//! mode is looked at, the mode before the plugin, and pings are sent only when a write would be
+//! needed, so an up-to-date Lease never costs a ping.
+
+use crate::lease::LeaseRecord;
+use crate::plan::{
+    LeaseWrite, Mode, PingPlan, WriteInput, candidate_expired, considered, plan_pings, plan_writes,
+    recheck_at,
+};
+use crate::request::{CandidateView, ElectionRequest, LeaseView};
+use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
+use crate::time::Timestamp;
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+/// The controller's settings that a step depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepConfig {
+    /// A candidate is fresh if it renewed within this window; pings wait this long for an ack.
+    pub ack_window: Duration,
+    /// Candidates not renewed for this long take no part (they are garbage-collected).
+    pub candidate_gc_after: Duration,
+    /// `leaseDurationSeconds` written when a holder is assigned.
+    pub lease_duration_seconds: i32,
+    /// Which Leases this controller handles.
+    pub mode: Mode,
+}
+
+/// Everything one step reads: snapshots and the time, no I/O.
+#[derive(Clone, Copy)]
+pub struct StepInput<'a> {
+    /// The Lease's namespace.
+    pub namespace: &'a str,
+    /// The Lease's name.
+    pub name: &'a str,
+    /// The Lease as last read; `None` if it does not exist.
+    pub lease: Option<&'a LeaseRecord>,
+    /// The Lease's valid candidates, in any order (those not renewed for
+    /// [`StepConfig::candidate_gc_after`] are left out here).
+    pub candidates: &'a [CandidateView],
+    /// The time of the step.
+    pub now: Timestamp,
+    /// The controller's settings.
+    pub config: StepConfig,
+    /// Whether kube-apiserver's built-in controller is active (for [`Mode::Auto`]).
+    pub builtin_active: bool,
+    /// The strategies a loaded plugin implements.
+    pub has_strategy: &'a dyn Fn(&str) -> bool,
+}
+
+impl core::fmt::Debug for StepInput<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StepInput")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("candidates", &self.candidates)
+            .field("now", &self.now)
+            .field("config", &self.config)
+            .field("builtin_active", &self.builtin_active)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The first phase of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// No election runs now and nothing is written.
+    Skip(Skip),
+    /// Ask the strategy, then call [`Election::apply_answer`] (boxed: it carries the request).
+    Decide(Box<Election>),
+}
+
+/// Why a step writes nothing without asking the strategy, and when to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    /// Why.
+    pub reason: SkipReason,
+    /// When to look again if nothing happens before (the Lease's expiry); `None`: wait for an
+    /// event.
+    pub recheck_at: Option<Timestamp>,
+}
+
+/// Why a step writes nothing without asking the strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The Lease has no live candidates: it is not under coordinated election (upstream leaves
+    /// such a Lease alone).
+    NoCandidates,
+    /// The Lease names no strategy and the candidates at the highest binary version disagree; the
+    /// election is blocked until they agree (a `StrategyConflict` Event).
+    Conflict(StrategyConflict),
+    /// The strategy is left to kube-apiserver's built-in controller (`--mode`).
+    NotHandled {
+        /// The strategy.
+        strategy: String,
+    },
+    /// No loaded plugin implements the strategy (an `UnknownStrategy` Event).
+    UnknownStrategy {
+        /// The strategy.
+        strategy: String,
+    },
+    /// Every candidate was pinged and never acked; wait for one to renew.
+    AllUnresponsive {
+        /// The strategy.
+        strategy: String,
+    },
+}
+
+impl SkipReason {
+    /// Whether the Lease counts as managed by this controller after the step; `None` leaves the
+    /// previous answer (a conflict is decided before the mode, so it says nothing about it).
+    #[must_use]
+    pub const fn managed(&self) -> Option<bool> {
+        match self {
+            Self::NoCandidates | Self::NotHandled { .. } => Some(false),
+            Self::Conflict(_) => None,
+            Self::UnknownStrategy { .. } | Self::AllUnresponsive { .. } => Some(true),
+        }
+    }
+}
+
+/// An election waiting for the strategy's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Election {
+    strategy: String,
+    request: ElectionRequest,
+    lease: Option<LeaseRecord>,
+    candidate_names: Vec<String>,
+    ack_window: Duration,
+    lease_duration_seconds: i32,
+}
+
+/// The second phase of a step: what the strategy's answer means for the Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The strategy elected nobody; nothing is written.
+    NoWinner {
+        /// When to look again if nothing happens before; `None`: wait for an event.
+        recheck_at: Option<Timestamp>,
+    },
+    /// The Lease already is as the winner needs it; nothing is written (no pings either).
+    Unchanged {
+        /// The best candidate.
+        winner: String,
+        /// When to look again if nothing happens before; `None`: wait for an event.
+        recheck_at: Option<Timestamp>,
+    },
+    /// A write is needed but the winner is not fresh: ping these candidates (concurrently, each
+    /// with its resourceVersion) and look again at `recheck_at`, or sooner on an ack.
+    Ping {
+        /// The best candidate.
+        winner: String,
+        /// The candidates to ping, sorted: every one that is not fresh and has no ping
+        /// outstanding.
+        candidates: Vec<String>,
+        /// When the pings' window closes.
+        recheck_at: Timestamp,
+    },
+    /// A write is needed but the winner's ping is outstanding: look again at `recheck_at`, or
+    /// sooner on its ack.
+    Wait {
+        /// The best candidate.
+        winner: String,
+        /// When the winner's ping window closes.
+        recheck_at: Timestamp,
+    },
+    /// Write the Lease (with the resourceVersion it was read at).
+    Write {
+        /// The best candidate.
+        winner: String,
+        /// The write.
+        write: LeaseWrite,
+    },
+}
+
+impl Outcome {
+    /// Whether the election goes on in a later step of the same Lease (pings outstanding), as
+    /// opposed to being over (written, or nothing to write).
+    #[must_use]
+    pub const fn in_progress(&self) -> bool {
+        matches!(self, Self::Ping { .. } | Self::Wait { .. })
+    }
+}
+
+/// The first phase of a step: everything decided before the strategy is asked.
+///
+/// In order:
+/// - candidates not renewed for the GC period are left out; none left: [`SkipReason::NoCandidates`];
+/// - the strategy is the Lease's own if set, else the candidates' ([`resolve_strategy`]); a tie
+///   with different strategies: [`SkipReason::Conflict`];
+/// - a strategy the mode leaves to the built-in controller: [`SkipReason::NotHandled`];
+/// - a strategy no plugin implements: [`SkipReason::UnknownStrategy`];
+/// - candidates pinged and never acked are left out ([`considered`]); none left:
+///   [`SkipReason::AllUnresponsive`];
+/// - otherwise the strategy is asked to choose among the rest.
+///
+/// The result does not depend on the order of `input.candidates`.
+#[must_use]
+pub fn plan_step(input: &StepInput<'_>) -> Plan {
+    let config = input.config;
+    let now = input.now;
+    let mut candidates: Vec<CandidateView> = input
+        .candidates
+        .iter()
+        .filter(|c| !candidate_expired(c, now, config.candidate_gc_after))
+        .cloned()
+        .collect();
+    candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    let skip =
+        |reason: SkipReason, recheck_at: Option<Timestamp>| Plan::Skip(Skip { reason, recheck_at });
+    if candidates.is_empty() {
+        return skip(SkipReason::NoCandidates, None);
+    }
+    let votes: Vec<StrategyVote<'_>> = candidates
+        .iter()
+        .map(|c| StrategyVote {
+            candidate: &c.name,
+            strategy: &c.strategy,
+            binary_version: &c.binary_version,
+        })
+        .collect();
+    let strategy = match resolve_strategy(input.lease.and_then(LeaseRecord::strategy), &votes) {
+        StrategyChoice::FromLease(s) | StrategyChoice::FromCandidates(s) => s,
+        StrategyChoice::Conflict(conflict) => return skip(SkipReason::Conflict(conflict), None),
+        StrategyChoice::NoCandidates => return skip(SkipReason::NoCandidates, None),
+    };
+    if !config.mode.handles(&strategy, input.builtin_active) {
+        return skip(SkipReason::NotHandled { strategy }, None);
+    }
+    if !(input.has_strategy)(&strategy) {
+        return skip(SkipReason::UnknownStrategy { strategy }, None);
+    }
+    let pool = considered(&candidates, now, config.ack_window);
+    if pool.is_empty() {
+        return skip(
+            SkipReason::AllUnresponsive { strategy },
+            recheck_at(input.lease, now),
+        );
+    }
+    let lease = input.lease;
+    let request = ElectionRequest {
+        lease: LeaseView {
+            namespace: input.namespace.into(),
+            name: input.name.into(),
+            holder: lease.and_then(LeaseRecord::holder).map(Into::into),
+            preferred_holder: lease.and_then(LeaseRecord::preferred).map(Into::into),
+            strategy: strategy.clone(),
+            expired: lease.is_none_or(|l| l.is_expired(now)),
+        },
+        now,
+        settings: String::new(),
+        candidates: pool,
+    };
+    Plan::Decide(Box::new(Election {
+        strategy,
+        request,
+        lease: lease.cloned(),
+        candidate_names: candidates.into_iter().map(|c| c.name).collect(),
+        ack_window: config.ack_window,
+        lease_duration_seconds: config.lease_duration_seconds,
+    }))
+}
+
+impl Election {
+    /// The strategy to ask.
+    #[must_use]
+    pub fn strategy(&self) -> &str {
+        &self.strategy
+    }
+
+    /// What to ask it: the Lease and the candidates it may choose from (all but the unresponsive
+    /// ones).
+    #[must_use]
+    pub const fn request(&self) -> &ElectionRequest {
+        &self.request
+    }
+
+    /// The Lease as it was read for this step.
+    #[must_use]
+    pub const fn lease(&self) -> Option<&LeaseRecord> {
+        self.lease.as_ref()
+    }
+
+    /// The second phase of a step: what the strategy's answer (`None`: nobody should lead) means
+    /// for the Lease.
+    ///
+    /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh:
+    /// [`Outcome::Write`] at once, without waiting for worse candidates. Otherwise ping every
+    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
+    /// ([`Outcome::Wait`]).
+    #[must_use]
+    pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
+        let now = self.request.now;
+        let lease = self.lease.as_ref();
+        let Some(winner) = answer else {
+            return Outcome::NoWinner {
+                recheck_at: recheck_at(lease, now),
+            };
+        };
+        let names: Vec<&str> = self.candidate_names.iter().map(String::as_str).collect();
+        let Some(write) = plan_writes(&WriteInput {
+            namespace: &self.request.lease.namespace,
+            name: &self.request.lease.name,
+            lease,
+            winner,
+            strategy: &self.strategy,
+            candidates: &names,
+            now,
+            lease_duration_seconds: self.lease_duration_seconds,
+        }) else {
+            return Outcome::Unchanged {
+                winner: winner.into(),
+                recheck_at: recheck_at(lease, now),
+            };
+        };
+        match plan_pings(&self.request.candidates, winner, now, self.ack_window) {
+            PingPlan::Elect => Outcome::Write {
+                winner: winner.into(),
+                write,
+            },
+            PingPlan::Ping {
+                candidates,
+                recheck_at,
+            } => Outcome::Ping {
+                winner: winner.into(),
+                candidates,
+                recheck_at,
+            },
+            PingPlan::Wait { recheck_at } => Outcome::Wait {
+                winner: winner.into(),
+                recheck_at,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::WriteKind;
+    use crate::strategy::OLDEST_EMULATION_VERSION as OEV;
+    use alloc::format;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    const NOW: i64 = 1_000;
+    const TP: &str = "example.com/x";
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    fn config(mode: Mode) -> StepConfig {
+        StepConfig {
+            ack_window: Duration::from_secs(5),
+            candidate_gc_after: Duration::from_secs(1800),
+            lease_duration_seconds: 15,
+            mode,
+        }
+    }
+
+    /// A candidate announcing `strategy` at binary version 1.31.0, renewed at `renew` and pinged at
+    /// `ping` (seconds).
+    fn cand(name: &str, strategy: &str, renew: Option<i64>, ping: Option<i64>) -> CandidateView {
+        CandidateView {
+            name: name.into(),
+            binary_version: "1.31.0".into(),
+            strategy: strategy.into(),
+            renew_time: renew.map(at),
+            ping_time: ping.map(at),
+            ..CandidateView::default()
+        }
+    }
+
+    /// Renewed a second ago: fresh.
+    fn fresh(name: &str) -> CandidateView {
+        cand(name, OEV, Some(NOW - 1), None)
+    }
+
+    /// Renewed a minute ago, never pinged: must be pinged before it counts.
+    fn stale(name: &str) -> CandidateView {
+        cand(name, OEV, Some(NOW - 60), None)
+    }
+
+    /// A Lease held by `holder` (`Some("")`: released), renewed at `renew`, lasting 10 s.
+    fn lease(holder: Option<&str>, renew: i64, preferred: Option<&str>) -> LeaseRecord {
+        LeaseRecord {
+            namespace: "ns".into(),
+            name: "l".into(),
+            resource_version: "7".into(),
+            holder_identity: holder.map(Into::into),
+            preferred_holder: preferred.map(Into::into),
+            strategy: None,
+            lease_duration_seconds: Some(10),
+            renew_time: Some(at(renew)),
+            acquire_time: Some(at(renew)),
+            lease_transitions: Some(3),
+            elected_by_conclave: false,
+        }
+    }
+
+    fn input<'a>(
+        lease: Option<&'a LeaseRecord>,
+        candidates: &'a [CandidateView],
+        mode: Mode,
+        builtin_active: bool,
+    ) -> StepInput<'a> {
+        StepInput {
+            namespace: "ns",
+            name: "l",
+            lease,
+            candidates,
+            now: at(NOW),
+            config: config(mode),
+            builtin_active,
+            has_strategy: &|s: &str| s == OEV || s == TP,
+        }
+    }
+
+    /// Runs both phases, the strategy answering `answer`, and sums the result up in one line.
+    fn summary(input: &StepInput<'_>, answer: Option<&str>) -> String {
+        let election = match plan_step(input) {
+            Plan::Skip(skip) => {
+                return match skip.reason {
+                    SkipReason::NoCandidates => "skip: no candidates".into(),
+                    SkipReason::Conflict(_) => "skip: conflict".into(),
+                    SkipReason::NotHandled { strategy } => format!("skip: not handled {strategy}"),
+                    SkipReason::UnknownStrategy { strategy } => format!("skip: unknown {strategy}"),
+                    SkipReason::AllUnresponsive { .. } => "skip: all unresponsive".into(),
+                };
+            }
+            Plan::Decide(election) => election,
+        };
+        match election.apply_answer(answer) {
+            Outcome::NoWinner { .. } => "no winner".into(),
+            Outcome::Unchanged { .. } => "unchanged".into(),
+            Outcome::Ping { candidates, .. } => format!("ping {}", candidates.join(",")),
+            Outcome::Wait { .. } => "wait".into(),
+            Outcome::Write { write, .. } => {
+                let d = write.desired;
+                format!(
+                    "{} holder={} preferred={} strategy={}",
+                    write.kind.label(),
+                    d.holder().unwrap_or("-"),
+                    d.preferred().unwrap_or("-"),
+                    d.strategy().unwrap_or("-"),
+                )
+            }
+        }
+    }
+
+    /// A case name, the Lease, its candidates, the strategy's answer and the expected summary.
+    type Case<'a> = (
+        &'a str,
+        Option<LeaseRecord>,
+        Vec<CandidateView>,
+        Option<&'a str>,
+        &'a str,
+    );
+
+    #[test]
+    fn one_step_from_snapshots_to_writes() {
+        let with_strategy = |mut l: LeaseRecord, s: &str| {
+            l.strategy = Some(s.into());
+            l
+        };
+        let table: Vec<Case<'_>> = vec![
+            (
+                "no Lease: create it for the winner",
+                None,
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "create holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "released (empty holder): take over",
+                Some(lease(Some(""), NOW - 1, None)),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "absent holder is the same as empty: take over",
+                Some(lease(None, NOW - 1, None)),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "expired holder: take over, dropping its preferredHolder",
+                Some(lease(Some("b"), NOW - 60, Some("c"))),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "live worse holder: set preferredHolder",
+                Some(lease(Some("b"), NOW - 1, None)),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "preempt holder=b preferred=a strategy=OldestEmulationVersion",
+            ),
+            (
+                "holder already asked to step down: nothing",
+                Some(lease(Some("b"), NOW - 1, Some("a"))),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "the preferred candidate now holds: clear preferredHolder",
+                Some(lease(Some("a"), NOW - 1, Some("a"))),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "clear_preferred holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "the winner holds: nothing",
+                Some(lease(Some("a"), NOW - 1, None)),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "a live legacy (non-candidate) holder keeps the Lease",
+                Some(lease(Some("legacy"), NOW - 1, None)),
+                vec![fresh("a")],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "an expired legacy holder is replaced",
+                Some(lease(Some("legacy"), NOW - 11, None)),
+                vec![fresh("a")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "the Lease's own strategy is asked and kept",
+                Some(with_strategy(lease(Some("b"), NOW - 1, None), TP)),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "preempt holder=b preferred=a strategy=example.com/x",
+            ),
+            (
+                "the Lease's own strategy wins over a conflict among candidates",
+                Some(with_strategy(lease(Some(""), NOW - 1, None), TP)),
+                vec![fresh("a"), cand("b", "example.com/y", Some(NOW - 1), None)],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=example.com/x",
+            ),
+            (
+                "candidates at the highest version disagree: blocked",
+                Some(lease(Some(""), NOW - 1, None)),
+                vec![fresh("a"), cand("b", TP, Some(NOW - 1), None)],
+                Some("a"),
+                "skip: conflict",
+            ),
+            (
+                "a conflict blocks even a missing Lease",
+                None,
+                vec![fresh("a"), cand("b", TP, Some(NOW - 1), None)],
+                Some("a"),
+                "skip: conflict",
+            ),
+            (
+                "no plugin for the strategy: no writes",
+                None,
+                vec![cand("a", "example.com/missing", Some(NOW - 1), None)],
+                Some("a"),
+                "skip: unknown example.com/missing",
+            ),
+            (
+                "no candidates: the Lease is left alone",
+                Some(lease(Some(""), NOW - 1, None)),
+                vec![],
+                Some("a"),
+                "skip: no candidates",
+            ),
+            (
+                "candidates past the GC period do not count",
+                None,
+                vec![cand("a", OEV, Some(NOW - 1801), None)],
+                Some("a"),
+                "skip: no candidates",
+            ),
+            (
+                "every candidate pinged and silent: wait for a renewal",
+                None,
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 10))],
+                Some("a"),
+                "skip: all unresponsive",
+            ),
+            (
+                "winner not fresh: ping only the candidates that are not fresh",
+                None,
+                vec![stale("a"), fresh("b"), stale("c")],
+                Some("a"),
+                "ping a,c",
+            ),
+            (
+                "winner acked its ping: elect without waiting for worse candidates",
+                None,
+                vec![cand("a", OEV, Some(NOW - 1), Some(NOW - 2)), stale("b")],
+                Some("a"),
+                "create holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "winner's ping outstanding, nobody else to ping: wait",
+                None,
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 2)), fresh("b")],
+                Some("a"),
+                "wait",
+            ),
+            (
+                "an up-to-date Lease costs no ping",
+                Some(lease(Some("a"), NOW - 1, None)),
+                vec![stale("a"), stale("b")],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "the strategy elects nobody: nothing",
+                None,
+                vec![fresh("a")],
+                None,
+                "no winner",
+            ),
+        ];
+        for (case, lease, candidates, answer, want) in table {
+            let got = summary(
+                &input(lease.as_ref(), &candidates, Mode::All, false),
+                answer,
+            );
+            assert_eq!(got, want, "{case}");
+            let mut reversed = candidates.clone();
+            reversed.reverse();
+            let got = summary(&input(lease.as_ref(), &reversed, Mode::All, false), answer);
+            assert_eq!(got, want, "{case} (candidates in reverse order)");
+        }
+    }
+
+    #[test]
+    fn the_mode_is_applied_after_conflicts_and_before_plugins() {
+        let oev = [fresh("a")];
+        let missing = [cand("a", "example.com/missing", Some(NOW - 1), None)];
+        let conflict = [fresh("a"), cand("b", TP, Some(NOW - 1), None)];
+        let table: [(&str, &[CandidateView], Mode, bool, &str); 5] = [
+            (
+                "auto, built-in active: OldestEmulationVersion is left to it",
+                &oev,
+                Mode::Auto,
+                true,
+                "skip: not handled OldestEmulationVersion",
+            ),
+            (
+                "auto, built-in inactive: handled",
+                &oev,
+                Mode::Auto,
+                false,
+                "create holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "third-party: OldestEmulationVersion is never handled",
+                &oev,
+                Mode::ThirdParty,
+                false,
+                "skip: not handled OldestEmulationVersion",
+            ),
+            (
+                "a strategy not handled is not checked for a plugin",
+                &missing,
+                Mode::Auto,
+                true,
+                "skip: unknown example.com/missing",
+            ),
+            (
+                "a conflict is reported whatever the mode",
+                &conflict,
+                Mode::ThirdParty,
+                false,
+                "skip: conflict",
+            ),
+        ];
+        for (case, candidates, mode, builtin, want) in table {
+            assert_eq!(
+                summary(&input(None, candidates, mode, builtin), Some("a")),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_strategy_chooses_among_live_acked_candidates() {
+        let candidates = [
+            stale("c"),
+            cand("silent", OEV, Some(NOW - 60), Some(NOW - 10)),
+            fresh("a"),
+            cand("gone", OEV, Some(NOW - 1801), None),
+        ];
+        let held = lease(Some("b"), NOW - 60, Some("x"));
+        let Plan::Decide(election) = plan_step(&input(Some(&held), &candidates, Mode::All, false))
+        else {
+            panic!("an election");
+        };
+        let request = election.request();
+        let names: Vec<&str> = request.candidates.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"], "unresponsive and GC-expired left out");
+        assert_eq!(election.strategy(), OEV);
+        let view = &request.lease;
+        assert_eq!((view.namespace.as_str(), view.name.as_str()), ("ns", "l"));
+        assert_eq!(view.holder.as_deref(), Some("b"));
+        assert_eq!(view.preferred_holder.as_deref(), Some("x"));
+        assert!(view.expired);
+        assert_eq!(request.now, at(NOW));
+    }
+
+    #[test]
+    fn when_to_look_again() {
+        let candidates = [fresh("a"), stale("b")];
+        let legacy = lease(Some("legacy"), NOW - 1, None);
+        let Plan::Decide(election) =
+            plan_step(&input(Some(&legacy), &candidates, Mode::All, false))
+        else {
+            panic!("an election");
+        };
+        let expiry = at(NOW + 9) + Duration::from_millis(1);
+        let unchanged = election.apply_answer(Some("a"));
+        assert_eq!(
+            unchanged,
+            Outcome::Unchanged {
+                winner: "a".into(),
+                recheck_at: Some(expiry)
+            },
+            "the legacy holder is looked at again the instant its Lease expires"
+        );
+        assert!(!unchanged.in_progress());
+        let Plan::Decide(election) = plan_step(&input(None, &candidates, Mode::All, false)) else {
+            panic!("an election");
+        };
+        let pinged = election.apply_answer(Some("b"));
+        assert!(pinged.in_progress(), "{pinged:?}");
+        let Outcome::Ping { recheck_at, .. } = pinged else {
+            panic!("{pinged:?}");
+        };
+        assert_eq!(recheck_at, at(NOW + 5), "when the ping window closes");
+        let silent = [cand("a", OEV, Some(NOW - 60), Some(NOW - 10))];
+        let Plan::Skip(skip) = plan_step(&input(Some(&legacy), &silent, Mode::All, false)) else {
+            panic!("a skip");
+        };
+        assert_eq!(skip.recheck_at, Some(expiry));
+        assert_eq!(skip.reason.managed(), Some(true));
+    }
+
+    #[test]
+    fn a_write_keeps_the_precondition_of_the_snapshot() {
+        let held = lease(Some("b"), NOW - 1, None);
+        let candidates = [fresh("a"), fresh("b")];
+        let Plan::Decide(election) = plan_step(&input(Some(&held), &candidates, Mode::All, false))
+        else {
+            panic!("an election");
+        };
+        let Outcome::Write { winner, write } = election.apply_answer(Some("a")) else {
+            panic!("a write");
+        };
+        assert_eq!(winner, "a");
+        assert_eq!(write.kind, WriteKind::Preempt);
+        assert_eq!(write.desired.resource_version, "7");
+        assert_eq!(election.lease(), Some(&held));
+        assert_eq!(
+            SkipReason::Conflict(StrategyConflict {
+                binary_version: "1".to_string(),
+                strategies: vec![]
+            })
+            .managed(),
+            None
+        );
+    }
+}
