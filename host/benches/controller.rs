@@ -1,12 +1,19 @@
 //! Controller benchmark on the emulator: `conclave run` as a separate process managing
-//! N Leases x 3 candidates (default 1,000). Prints a table of the controller process's CPU time
-//! and resident memory (from /proc) for: the initial elections, a steady state, and a storm in
-//! which every Lease is released at once.
+//! N Leases x 3 candidates (default 1,000). Prints a table of the controller process's CPU time,
+//! resident memory (from /proc) and API writes (from its /metrics) for: the initial elections; a
+//! steady state in which every holder renews its Lease and the controller has nothing to write;
+//! a storm in which every holder stops renewing at once, so every Lease expires and the
+//! controller's expiry timers drive the re-elections; and a storm in which every holder releases
+//! its Lease at once, so watch events drive them.
 //!
-//! Run: `cargo bench -p conclave --bench controller` (env `CONCLAVE_BENCH_LEASES` for N,
-//! `CONCLAVE_BENCH_STEADY_SECS` for the steady-state window, default 30).
+//! Run: `cargo bench --profile dev -p conclave --bench controller`. Environment:
+//! `CONCLAVE_BENCH_LEASES` (N), `CONCLAVE_BENCH_STEADY_SECS` (steady-state window, default 30),
+//! `CONCLAVE_BENCH_RENEW_SECS` (holders' renewal period, default 2) and
+//! `CONCLAVE_BENCH_LEASE_SECS` (leaseDurationSeconds written by the controller and by the
+//! holders, default 10).
 
 use conclave_core::k8s::lease_record;
+use conclave_core::lease::LeaseRecord;
 use conclave_emulator::{Emulator, EmulatorConfig};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,19 +22,34 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
+/// The controller's counter of API writes (labels `operation`, `result`).
+const WRITES: &str = "conclave_api_writes_total";
+/// Concurrent writes of the holders (renewals, releases).
+const HOLDER_WRITERS: usize = 8;
+/// Pings answered concurrently.
+const PING_ANSWERS: usize = 32;
+/// The controller's ack window (its default), passed explicitly because the release storm waits
+/// it out so that every candidate needs a ping again.
+const ACK_WINDOW: Duration = Duration::from_secs(5);
 
-fn env_usize(name: &str, default: usize) -> usize {
+fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
 
-/// CPU seconds (user + system) and resident memory (MiB) of a process, from /proc.
-fn usage(pid: u32) -> (f64, f64) {
+/// CPU seconds (user + system), resident memory and peak resident memory (MiB) of a process,
+/// from /proc.
+fn usage(pid: u32) -> (f64, f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -42,17 +64,98 @@ fn usage(pid: u32) -> (f64, f64) {
     };
     let cpu = (ticks(14) + ticks(15)) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    (cpu, rss_kib / 1024.0)
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (cpu, kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+}
+
+/// The controller's counters that tell whether it worked: Lease writes (creates and updates, and
+/// how many of them were refused with a conflict), pings and strategy calls.
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    lease_writes: f64,
+    lease_conflicts: f64,
+    pings: f64,
+    strategy_calls: f64,
+}
+
+impl std::ops::Sub for Counters {
+    type Output = Self;
+    fn sub(self, earlier: Self) -> Self {
+        Self {
+            lease_writes: self.lease_writes - earlier.lease_writes,
+            lease_conflicts: self.lease_conflicts - earlier.lease_conflicts,
+            pings: self.pings - earlier.pings,
+            strategy_calls: self.strategy_calls - earlier.strategy_calls,
+        }
+    }
+}
+
+/// One snapshot of the controller process: CPU, memory and counters.
+#[derive(Clone, Copy)]
+struct Snapshot {
+    cpu: f64,
+    rss: f64,
+    peak_rss: f64,
+    counters: Counters,
+}
+
+/// The text of `GET /metrics` (HTTP/1.0, so the server closes the connection after the answer).
+async fn metrics_text(addr: SocketAddr) -> std::io::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text)
+}
+
+/// The sum of the samples of `metric` (OpenMetrics text) whose labels contain all of `labels`.
+fn sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|label| l.contains(label))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        // An empty sum is -0.0.
+        .fold(0.0, |total, v| total + v)
+}
+
+async fn snapshot(pid: u32, metrics: SocketAddr) -> Snapshot {
+    let text = metrics_text(metrics).await.expect("controller /metrics");
+    let (cpu, rss, peak_rss) = usage(pid);
+    Snapshot {
+        cpu,
+        rss,
+        peak_rss,
+        counters: Counters {
+            lease_writes: sum(&text, WRITES, &["operation=\"lease_"]),
+            lease_conflicts: sum(
+                &text,
+                WRITES,
+                &["operation=\"lease_", "result=\"conflict\""],
+            ),
+            pings: sum(&text, WRITES, &["operation=\"ping\""]),
+            strategy_calls: sum(&text, "conclave_plugin_call_seconds_count", &[]),
+        },
+    }
 }
 
 fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
+}
+
+fn micros_now() -> i64 {
+    conclave_core::k8s::timestamp(jiff::Timestamp::now()).as_micros()
 }
 
 fn candidate(lease: usize, i: usize) -> LeaseCandidate {
@@ -73,50 +176,242 @@ fn candidate(lease: usize, i: usize) -> LeaseCandidate {
     }
 }
 
-/// Answers every ping (renewTime = now when pingTime is newer), like live clients.
+/// Answers every ping (renewTime = now when pingTime is newer), like live clients: watch-driven,
+/// up to [`PING_ANSWERS`] at a time (each client answers its own pings, so none waits for
+/// another's), with the resourceVersion just seen as precondition.
 async fn answer_pings(api: Api<LeaseCandidate>) {
     let stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects();
-    futures::pin_mut!(stream);
-    while let Some(Ok(mut c)) = stream.next().await {
-        let Some(spec) = c.spec.as_mut() else {
-            continue;
-        };
-        let outstanding = match (&spec.ping_time, &spec.renew_time) {
-            (Some(p), Some(r)) => p.0 > r.0,
-            (Some(_), None) => true,
-            _ => false,
-        };
-        if outstanding {
-            spec.renew_time = Some(now());
-            let name = c.metadata.name.clone().unwrap_or_default();
-            let _ = api.replace(&name, &PostParams::default(), &c).await;
+    stream
+        .for_each_concurrent(PING_ANSWERS, |event| {
+            let api = api.clone();
+            async move {
+                let Ok(mut c) = event else {
+                    return;
+                };
+                let Some(spec) = c.spec.as_mut() else {
+                    return;
+                };
+                let outstanding = match (&spec.ping_time, &spec.renew_time) {
+                    (Some(p), Some(r)) => p.0 > r.0,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                if outstanding {
+                    spec.renew_time = Some(now());
+                    let name = c.metadata.name.clone().unwrap_or_default();
+                    let _ = api.replace(&name, &PostParams::default(), &c).await;
+                }
+            }
+        })
+        .await;
+}
+
+/// What the holders did so far (`slowest_round` since the last [`Holders::new_window`]).
+#[derive(Clone, Copy, Default)]
+struct HolderStats {
+    rounds: u64,
+    slowest_round: Duration,
+    renewals: u64,
+    step_downs: u64,
+    failures: u64,
+}
+
+impl std::ops::Sub for HolderStats {
+    type Output = Self;
+    fn sub(self, earlier: Self) -> Self {
+        Self {
+            rounds: self.rounds - earlier.rounds,
+            slowest_round: self.slowest_round,
+            renewals: self.renewals - earlier.renewals,
+            step_downs: self.step_downs - earlier.step_downs,
+            failures: self.failures - earlier.failures,
         }
     }
 }
 
-async fn wait_all_held(leases: &Api<Lease>, n: usize, after_micros: i64) -> Duration {
+/// The holder of every Lease, as a client-go coordinated elector behaves: every `every` it renews
+/// each Lease that names a holder and has not expired (renewTime = now, its own
+/// leaseDurationSeconds), or releases it if `preferredHolder` names someone else. Every write
+/// carries the resourceVersion read in the same round; a conflict waits for the next round.
+struct Holders {
+    stop: CancellationToken,
+    stats: Arc<Mutex<HolderStats>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Holders {
+    fn start(leases: Api<Lease>, every: Duration, duration_secs: i32) -> Self {
+        let stop = CancellationToken::new();
+        let stats = Arc::default();
+        let task = tokio::spawn(hold(
+            leases,
+            every,
+            duration_secs,
+            stop.clone(),
+            Arc::clone(&stats),
+        ));
+        Self { stop, stats, task }
+    }
+
+    fn stats(&self) -> HolderStats {
+        *self.stats.lock().unwrap()
+    }
+
+    /// The stats so far; starts a new window for `slowest_round`.
+    fn new_window(&self) -> HolderStats {
+        let mut stats = self.stats.lock().unwrap();
+        let so_far = *stats;
+        stats.slowest_round = Duration::ZERO;
+        so_far
+    }
+
+    /// Stops renewing after the round in progress; returns once no holder writes any more.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("holders");
+    }
+}
+
+async fn hold(
+    leases: Api<Lease>,
+    every: Duration,
+    duration_secs: i32,
+    stop: CancellationToken,
+    stats: Arc<Mutex<HolderStats>>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let round_start = Instant::now();
+        let Ok(list) = leases.list(&ListParams::default()).await else {
+            continue;
+        };
+        let now_micros = micros_now();
+        let writes = list.items.into_iter().filter_map(|mut lease| {
+            let record = lease_record(&lease);
+            let holder = record.holder()?.to_owned();
+            if record
+                .expires_at()
+                .is_none_or(|at| at.as_micros() <= now_micros)
+            {
+                return None;
+            }
+            let step_down = record.preferred().is_some_and(|p| p != holder);
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if step_down {
+                spec.holder_identity = Some(String::new());
+                spec.lease_duration_seconds = Some(1);
+                spec.preferred_holder = None;
+                spec.strategy = None;
+            } else {
+                spec.lease_duration_seconds = Some(duration_secs);
+            }
+            spec.renew_time = Some(now());
+            Some((step_down, lease))
+        });
+        futures::stream::iter(writes)
+            .for_each_concurrent(HOLDER_WRITERS, |(step_down, lease)| {
+                let (api, stats) = (leases.clone(), Arc::clone(&stats));
+                async move {
+                    let name = lease.metadata.name.clone().unwrap_or_default();
+                    let result = api.replace(&name, &PostParams::default(), &lease).await;
+                    let mut stats = stats.lock().unwrap();
+                    match result {
+                        Ok(_) if step_down => stats.step_downs += 1,
+                        Ok(_) => stats.renewals += 1,
+                        Err(_) => stats.failures += 1,
+                    }
+                }
+            })
+            .await;
+        let mut stats = stats.lock().unwrap();
+        stats.rounds += 1;
+        stats.slowest_round = stats.slowest_round.max(round_start.elapsed());
+    }
+}
+
+/// Every holder releases its Lease at once, as client-go releases (holder "", 1 s, renewTime now),
+/// with a resourceVersion precondition; a conflict is retried on a fresh read.
+async fn release_all(leases: &Api<Lease>) {
+    let list = leases.list(&ListParams::default()).await.expect("list");
+    futures::stream::iter(list.items)
+        .for_each_concurrent(HOLDER_WRITERS, |mut lease| {
+            let api = leases.clone();
+            async move {
+                let name = lease.metadata.name.clone().unwrap_or_default();
+                loop {
+                    if let Some(spec) = lease.spec.as_mut() {
+                        spec.holder_identity = Some(String::new());
+                        spec.lease_duration_seconds = Some(1);
+                        spec.preferred_holder = None;
+                        spec.strategy = None;
+                        spec.renew_time = Some(now());
+                    }
+                    match api.replace(&name, &PostParams::default(), &lease).await {
+                        Err(kube::Error::Api(status)) if status.is_conflict() => {
+                            lease = api.get(&name).await.expect("get Lease");
+                        }
+                        result => {
+                            result.expect("release");
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+}
+
+/// Waits until `n` Leases satisfy `done`; returns the time it took.
+async fn wait_leases(
+    leases: &Api<Lease>,
+    n: usize,
+    what: &str,
+    done: impl Fn(&LeaseRecord) -> bool,
+) -> Duration {
     let start = Instant::now();
     loop {
         let list = leases.list(&ListParams::default()).await.expect("list");
-        let count = list
-            .items
-            .iter()
-            .map(lease_record)
-            .filter(|r| {
-                r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= after_micros)
-            })
-            .count();
+        let count = list.items.iter().map(lease_record).filter(&done).count();
         if count >= n {
             return start.elapsed();
         }
         assert!(
             start.elapsed() < Duration::from_secs(600),
-            "only {count}/{n} Leases held after 10 minutes"
+            "only {count}/{n} Leases {what} after 10 minutes"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// A local port that was free a moment ago, for the controller's /metrics.
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// One row of the table.
+fn row(phase: &str, wall: &str, from: &Snapshot, to: &Snapshot, window: Option<Duration>) {
+    let cpu = to.cpu - from.cpu;
+    let cpu = match window {
+        Some(w) => format!(
+            "{cpu:.2} ({:.1}% of one core)",
+            100.0 * cpu / w.as_secs_f64()
+        ),
+        None => format!("{cpu:.2}"),
+    };
+    let c = to.counters - from.counters;
+    println!(
+        "| {phase} | {wall} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}) | {:.0} | {:.0} |",
+        to.rss, to.peak_rss, c.lease_writes, c.lease_conflicts, c.pings, c.strategy_calls
+    );
 }
 
 #[tokio::main]
@@ -124,8 +419,10 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n = env_usize("CONCLAVE_BENCH_LEASES", 1000);
-    let steady = Duration::from_secs(env_usize("CONCLAVE_BENCH_STEADY_SECS", 30) as u64);
+    let n = env_u64("CONCLAVE_BENCH_LEASES", 1000) as usize;
+    let steady = Duration::from_secs(env_u64("CONCLAVE_BENCH_STEADY_SECS", 30));
+    let renew_every = Duration::from_secs(env_u64("CONCLAVE_BENCH_RENEW_SECS", 2));
+    let lease_secs = i32::try_from(env_u64("CONCLAVE_BENCH_LEASE_SECS", 10)).expect("lease secs");
     let emulator = Emulator::start(EmulatorConfig {
         history_capacity: 200_000,
         ..EmulatorConfig::default()
@@ -140,6 +437,7 @@ async fn main() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     tokio::spawn(answer_pings(candidates.clone()));
 
+    let metrics = free_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
         .args([
             "run",
@@ -154,20 +452,33 @@ async fn main() {
             "--identity",
             "bench",
             "--metrics-addr",
-            "127.0.0.1:0",
-            // Long enough that nothing expires during the steady state.
+            &metrics.to_string(),
+            "--ack-window",
+            &format!("{}s", ACK_WINDOW.as_secs()),
             "--lease-duration-seconds",
-            "3600",
+            &lease_secs.to_string(),
         ])
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("conclave run starts");
     let pid = child.id();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (cpu_idle, rss_idle) = usage(pid);
+    let started = Instant::now();
+    while !metrics_text(metrics)
+        .await
+        .is_ok_and(|t| t.lines().any(|l| l == "conclave_active 1"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the controller did not become active"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let idle = snapshot(pid, metrics).await;
 
-    let t0 = conclave_core::k8s::timestamp(jiff::Timestamp::now()).as_micros();
+    // Initial elections; each holder renews from the moment it is elected.
+    let holders = Holders::start(leases.clone(), renew_every, lease_secs);
+    let t0 = micros_now();
     let create_start = Instant::now();
     for lease in 0..n {
         for i in 0..3 {
@@ -178,53 +489,139 @@ async fn main() {
         }
     }
     let created_in = create_start.elapsed();
-    let elect = wait_all_held(&leases, n, t0).await;
-    let (cpu_elected, rss_elected) = usage(pid);
+    let elect = wait_leases(&leases, n, "held", |r| {
+        r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t0)
+    })
+    .await;
+    let elected = snapshot(pid, metrics).await;
+    let steady_start = holders.new_window();
 
+    // Steady state: holders renew, the controller has nothing to write.
     tokio::time::sleep(steady).await;
-    let (cpu_steady, rss_steady) = usage(pid);
+    let steady_end = snapshot(pid, metrics).await;
+    let steady_stats = holders.stats() - steady_start;
+    holders.stop().await;
+    let stopped = micros_now();
+    let after_renewals = snapshot(pid, metrics).await;
 
-    // Storm: every Lease released at once (holder "", as client-go releases).
-    let t1 = conclave_core::k8s::timestamp(jiff::Timestamp::now()).as_micros();
-    let storm_start = Instant::now();
-    for lease in leases.list(&ListParams::default()).await.unwrap().items {
-        let mut lease = lease;
-        let name = lease.metadata.name.clone().unwrap_or_default();
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = Some(String::new());
-            spec.lease_duration_seconds = Some(1);
-            spec.renew_time = Some(now());
-        }
-        let _ = leases.replace(&name, &PostParams::default(), &lease).await;
-    }
-    let released_in = storm_start.elapsed();
-    let storm = wait_all_held(&leases, n, t1).await;
-    let (cpu_storm, rss_storm) = usage(pid);
+    // Expiry storm: nobody renews any more; every Lease expires leaseDurationSeconds after its
+    // last renewal, and only the controller's expiry timers can start the re-elections.
+    let expiries: HashMap<String, i64> = leases
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(lease_record)
+        .map(|r| {
+            let at = r.expires_at().expect("every Lease is held").as_micros();
+            (r.name, at)
+        })
+        .collect();
+    let first_expiry = *expiries.values().min().expect("Leases");
+    let last_expiry = *expiries.values().max().expect("Leases");
+    wait_leases(&leases, n, "re-elected after expiry", |r| {
+        let renewed = r.renew_time.map_or(0, |t| t.as_micros());
+        let expiry = expiries[&r.name];
+        assert!(
+            renewed <= stopped || renewed >= expiry,
+            "Lease {} was written after the holders stopped but before it expired",
+            r.name
+        );
+        r.holder().is_some() && renewed >= expiry
+    })
+    .await;
+    let reelected_micros = micros_now();
+    let expiry_storm = snapshot(pid, metrics).await;
+
+    // Release storm: the holders renew again until every candidate is stale (no ping answered for
+    // longer than the ack window), then all release at once.
+    let holders = Holders::start(leases.clone(), renew_every, lease_secs);
+    tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
+    holders.stop().await;
+    let before_release = snapshot(pid, metrics).await;
+    let t1 = micros_now();
+    let release_start = Instant::now();
+    release_all(&leases).await;
+    let released_in = release_start.elapsed();
+    let release_storm = wait_leases(&leases, n, "re-elected after release", |r| {
+        r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t1)
+    })
+    .await;
+    let released = snapshot(pid, metrics).await;
     let _ = child.kill();
     let _ = child.wait();
 
-    println!("Controller on the emulator: {n} Leases x 3 candidates, `conclave run --mode all`");
-    println!("| phase | wall time | controller CPU (s) | controller RSS (MiB) |");
-    println!("|---|---|---|---|");
-    println!("| idle (caches synced, no objects) | - | {cpu_idle:.2} | {rss_idle:.1} |");
+    let secs = |micros: i64| micros as f64 / 1e6;
     println!(
-        "| initial elections ({} candidates created in {:.1} s) | {:.1} s after first create | {:.2} | {rss_elected:.1} |",
-        n * 3,
-        created_in.as_secs_f64(),
-        elect.as_secs_f64() + created_in.as_secs_f64(),
-        cpu_elected - cpu_idle
+        "Controller on the emulator: {n} Leases x 3 candidates, `conclave run --mode all \
+         --lease-duration-seconds {lease_secs}`; holders renew every {} s",
+        renew_every.as_secs()
     );
     println!(
-        "| steady state, {} s | {} s | {:.2} ({:.1}% of one core) | {rss_steady:.1} |",
-        steady.as_secs(),
-        steady.as_secs(),
-        cpu_steady - cpu_elected,
-        100.0 * (cpu_steady - cpu_elected) / steady.as_secs_f64()
+        "| phase | wall time | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (of which conflicts) | pings | strategy calls |"
     );
-    println!(
-        "| storm: all {n} released (in {:.1} s), all re-elected | {:.1} s after the last release | {:.2} | {rss_storm:.1} |",
-        released_in.as_secs_f64(),
-        storm.as_secs_f64(),
-        cpu_storm - cpu_steady
+    println!("|---|---|---|---|---|---|---|");
+    let zero = Snapshot {
+        cpu: 0.0,
+        rss: 0.0,
+        peak_rss: 0.0,
+        counters: Counters::default(),
+    };
+    row("idle (caches synced, no objects)", "-", &zero, &idle, None);
+    row(
+        &format!(
+            "initial elections ({} candidates created in {:.1} s)",
+            n * 3,
+            created_in.as_secs_f64()
+        ),
+        &format!(
+            "{:.1} s after first create",
+            elect.as_secs_f64() + created_in.as_secs_f64()
+        ),
+        &idle,
+        &elected,
+        None,
+    );
+    row(
+        &format!(
+            "steady state: {} renewals in {} rounds (slowest {:.1} s), {} failed, {} step-downs",
+            steady_stats.renewals,
+            steady_stats.rounds,
+            steady_stats.slowest_round.as_secs_f64(),
+            steady_stats.failures,
+            steady_stats.step_downs
+        ),
+        &format!("{} s", steady.as_secs()),
+        &elected,
+        &steady_end,
+        Some(steady),
+    );
+    row(
+        &format!(
+            "expiry storm: holders stop, all {n} expire within {:.1} s, all re-elected",
+            secs(last_expiry - first_expiry)
+        ),
+        &format!(
+            "{:.1} s after the first expiry, {:.1} s after the last",
+            secs(reelected_micros - first_expiry),
+            secs(reelected_micros - last_expiry)
+        ),
+        &after_renewals,
+        &expiry_storm,
+        None,
+    );
+    row(
+        &format!(
+            "release storm: all {n} released (in {:.1} s), all re-elected",
+            released_in.as_secs_f64()
+        ),
+        &format!(
+            "{:.1} s after the last release",
+            release_storm.as_secs_f64()
+        ),
+        &before_release,
+        &released,
+        None,
     );
 }

@@ -1,6 +1,9 @@
 //! Conclave and kube-apiserver's built-in election controller on one real control plane, with the
-//! same kind of candidates (three `CandidateResponder`s per Lease, answering pings): time from the
-//! last candidate registering to the best one (oldest emulation version) being written as holder, and from a release to the new holder
+//! same candidates, each behaving like a client-go coordinated client: it answers every ping as
+//! soon as its watch shows it, renews the Lease while it holds it, and releases the Lease at once
+//! when `spec.preferredHolder` names someone else. Measures the time from the last candidate
+//! registering to the best one (oldest emulation version) being written as holder (through a
+//! pre-emption when a worse candidate was elected first), and from a release to the new holder
 //! being written. Prints a table; skipped when the control-plane binaries are not built.
 //!
 //! Run: `cargo bench --profile dev -p conclave --bench controller_real`
@@ -10,15 +13,164 @@ use conclave::controller::{self, ControllerConfig};
 use conclave::engine::{Engine, EngineConfig};
 use conclave_core::k8s::lease_record;
 use conclave_core::plan::Mode;
-use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
+use conclave_testkit::{ControlPlane, lease_candidate};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::PostParams;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 const OEV: &str = "OldestEmulationVersion";
+/// How often a holder renews, and the leaseDurationSeconds it writes (client-go's ratio: the
+/// renewal comes well within the duration).
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+const HOLDER_LEASE_SECONDS: i32 = 5;
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+/// One replica of a coordinated component: its LeaseCandidate plus a coordinated elector, as
+/// client-go (and conclave-candidate) behave. Every write carries the resourceVersion last seen.
+struct CoordinatedClient {
+    name: String,
+    candidates: Api<LeaseCandidate>,
+    step_downs: Arc<AtomicU32>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl CoordinatedClient {
+    async fn register(client: &Client, ns: &str, name: &str, lease: &str, emulation: &str) -> Self {
+        let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), ns);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+        // The watcher lists before it watches, so it sees a ping written before it is open.
+        let pings = tokio::spawn(answer_pings(candidates.clone(), name.to_owned()));
+        candidates
+            .create(
+                &PostParams::default(),
+                &lease_candidate(ns, name, lease, "1.37.0", Some(emulation), OEV),
+            )
+            .await
+            .expect("candidate");
+        let step_downs = Arc::default();
+        let elector = tokio::spawn(lead(
+            leases,
+            lease.to_owned(),
+            name.to_owned(),
+            Arc::clone(&step_downs),
+        ));
+        Self {
+            name: name.to_owned(),
+            candidates,
+            step_downs,
+            tasks: vec![pings, elector],
+        }
+    }
+
+    /// How many times it released the Lease because another candidate was preferred.
+    fn step_downs(&self) -> u32 {
+        self.step_downs.load(Ordering::Relaxed)
+    }
+
+    /// Stops the client and deletes its LeaseCandidate, so no controller elects it any more.
+    async fn stop(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = self
+            .candidates
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// Answers a ping (renewTime = now) as soon as the candidate's watch shows it.
+async fn answer_pings(api: Api<LeaseCandidate>, name: String) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let Ok(mut candidate) = event else {
+            continue;
+        };
+        let Some(spec) = candidate.spec.as_mut() else {
+            continue;
+        };
+        let outstanding = match (&spec.ping_time, &spec.renew_time) {
+            (Some(ping), Some(renew)) => ping.0 > renew.0,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if outstanding {
+            spec.renew_time = Some(now());
+            // A conflict means a newer version is on its way through the watch.
+            let _ = api.replace(&name, &PostParams::default(), &candidate).await;
+        }
+    }
+}
+
+/// The coordinated elector: never acquires (the election controller assigns the Lease); while the
+/// Lease names `me` it renews every [`RENEW_EVERY`], and releases the Lease as soon as the watch
+/// shows a `preferredHolder` naming someone else (holder "", 1 s, preferredHolder and strategy
+/// cleared, as client-go's release writes).
+async fn lead(api: Api<Lease>, lease: String, me: String, step_downs: Arc<AtomicU32>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={lease}"));
+    let stream = watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(stream);
+    let mut tick = tokio::time::interval(RENEW_EVERY);
+    let mut last: Option<Lease> = None;
+    loop {
+        let renew_due = tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(seen)) => {
+                    last = Some(seen);
+                    false
+                }
+                Some(Err(_)) => continue,
+                None => return,
+            },
+            _ = tick.tick() => true,
+        };
+        let Some(mut object) = last.clone() else {
+            continue;
+        };
+        let record = lease_record(&object);
+        if record.holder() != Some(me.as_str()) {
+            continue;
+        }
+        let step_down = record.preferred().is_some_and(|p| p != me);
+        if !step_down && !renew_due {
+            continue;
+        }
+        let spec = object.spec.get_or_insert_with(Default::default);
+        if step_down {
+            spec.holder_identity = Some(String::new());
+            spec.lease_duration_seconds = Some(1);
+            spec.preferred_holder = None;
+            spec.strategy = None;
+        } else {
+            spec.lease_duration_seconds = Some(HOLDER_LEASE_SECONDS);
+        }
+        spec.renew_time = Some(now());
+        // On a conflict the watch brings the newer version, and the next event decides again.
+        if let Ok(written) = api.replace(&lease, &PostParams::default(), &object).await {
+            if step_down {
+                step_downs.fetch_add(1, Ordering::Relaxed);
+            }
+            last = Some(written);
+        }
+    }
+}
 
 async fn wait_holder(leases: &Api<Lease>, name: &str, holder: &str) -> Instant {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -33,34 +185,40 @@ async fn wait_holder(leases: &Api<Lease>, name: &str, holder: &str) -> Instant {
     }
 }
 
-/// Runs `rounds` elections in `ns`; returns (register->holder, release->holder) durations.
-async fn measure(client: &Client, ns: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+/// What one controller's rounds measured.
+struct Measured {
+    elect: Vec<Duration>,
+    reelect: Vec<Duration>,
+    /// Per round: whether a worse candidate was elected first and stepped down when pre-empted.
+    preempted: Vec<bool>,
+}
+
+/// Runs `rounds` elections in `ns`.
+async fn measure(client: &Client, ns: &str, rounds: usize) -> Measured {
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let (mut elect, mut reelect) = (Vec::new(), Vec::new());
+    let mut measured = Measured {
+        elect: Vec::new(),
+        reelect: Vec::new(),
+        preempted: Vec::new(),
+    };
     for round in 0..rounds {
         let lease = format!("bench-{round}");
-        let mut keep = Vec::new();
+        let mut clients = Vec::new();
         for (i, emulation) in ["1.37.0", "1.36.0", "1.35.0"].iter().enumerate() {
-            keep.push(
-                CandidateResponder::register(
-                    client.clone(),
-                    lease_candidate(
-                        ns,
-                        &format!("{lease}-{i}"),
-                        &lease,
-                        "1.37.0",
-                        Some(emulation),
-                        OEV,
-                    ),
-                )
-                .await
-                .expect("candidate"),
+            clients.push(
+                CoordinatedClient::register(client, ns, &format!("{lease}-{i}"), &lease, emulation)
+                    .await,
             );
         }
         let registered = Instant::now();
         let best = format!("{lease}-2");
-        elect.push(wait_holder(&leases, &lease, &best).await - registered);
-        // Release as client-go does (retrying on a conflict with a controller's write).
+        measured
+            .elect
+            .push(wait_holder(&leases, &lease, &best).await - registered);
+        measured
+            .preempted
+            .push(clients.iter().any(|c| c.step_downs() > 0));
+        // The holder releases as client-go does (retrying on a conflict with its own renewal).
         loop {
             let mut object = leases.get(&lease).await.expect("lease");
             if let Some(spec) = object.spec.as_mut() {
@@ -68,9 +226,7 @@ async fn measure(client: &Client, ns: &str, rounds: usize) -> (Vec<Duration>, Ve
                 spec.lease_duration_seconds = Some(1);
                 spec.preferred_holder = None;
                 spec.strategy = None;
-                spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                    jiff::Timestamp::now(),
-                ));
+                spec.renew_time = Some(now());
             }
             match leases
                 .replace(&lease, &PostParams::default(), &object)
@@ -82,9 +238,14 @@ async fn measure(client: &Client, ns: &str, rounds: usize) -> (Vec<Duration>, Ve
             }
         }
         let released = Instant::now();
-        reelect.push(wait_holder(&leases, &lease, &best).await - released);
+        measured
+            .reelect
+            .push(wait_holder(&leases, &lease, &best).await - released);
+        for c in clients {
+            c.stop().await;
+        }
     }
-    (elect, reelect)
+    measured
 }
 
 fn summary(samples: &[Duration]) -> String {
@@ -113,7 +274,7 @@ async fn main() {
     let client = cp.client().await.expect("client");
 
     let builtin_ns = cp.namespace("builtin").await.expect("namespace");
-    let (b_elect, b_reelect) = measure(&client, &builtin_ns, rounds).await;
+    let builtin = measure(&client, &builtin_ns, rounds).await;
 
     let hold = cp
         .hold_builtin_controller_lease()
@@ -135,7 +296,7 @@ async fn main() {
         config,
         shutdown.clone(),
     ));
-    let (c_elect, c_reelect) = measure(&client, &conclave_ns, rounds).await;
+    let conclave = measure(&client, &conclave_ns, rounds).await;
     shutdown.cancel();
     let _ = task.await;
     drop(hold);
@@ -145,17 +306,34 @@ async fn main() {
         conclave_testkit::KUBERNETES_VERSION
     );
     println!(
-        "| controller | last candidate registered -> holder written | release -> new holder written |"
+        "| controller | last candidate registered -> best holder written | rounds with a pre-emption | release -> new holder written |"
     );
-    println!("|---|---|---|");
-    println!(
-        "| kube-apiserver built-in | {} | {} |",
-        summary(&b_elect),
-        summary(&b_reelect)
-    );
-    println!(
-        "| Conclave (`--mode all`) | {} | {} |",
-        summary(&c_elect),
-        summary(&c_reelect)
-    );
+    println!("|---|---|---|---|");
+    let runs = [
+        ("kube-apiserver built-in", builtin),
+        ("Conclave (`--mode all`)", conclave),
+    ];
+    for (controller, m) in &runs {
+        println!(
+            "| {controller} | {} | {} of {rounds} | {} |",
+            summary(&m.elect),
+            m.preempted.iter().filter(|p| **p).count(),
+            summary(&m.reelect)
+        );
+    }
+    println!();
+    println!("Rounds (last candidate registered -> best holder written; release -> new holder):");
+    for (controller, m) in &runs {
+        let rounds: Vec<String> = (0..m.elect.len())
+            .map(|i| {
+                format!(
+                    "{:.0} ms{}; {:.0} ms",
+                    m.elect[i].as_secs_f64() * 1000.0,
+                    if m.preempted[i] { " (pre-empted)" } else { "" },
+                    m.reelect[i].as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        println!("- {controller}: {}", rounds.join(" | "));
+    }
 }
