@@ -1,10 +1,12 @@
 //! Conclave and kube-apiserver's built-in election controller on one real control plane, with the
 //! same candidates, each behaving like a client-go coordinated client: it answers every ping as
 //! soon as its watch shows it, renews the Lease while it holds it, and releases the Lease at once
-//! when `spec.preferredHolder` names someone else. Measures the time from the last candidate
-//! registering to the best one (oldest emulation version) being written as holder (through a
-//! pre-emption when a worse candidate was elected first), and from a release to the new holder
-//! being written. Prints a table; skipped when the control-plane binaries are not built.
+//! when `spec.preferredHolder` names someone else. Each round registers the newest version
+//! first and waits until it holds the Lease, then registers two older ones; it measures the time
+//! from the last one registering to the best one (oldest emulation version) being written as
+//! holder, which takes a pre-emption (preferredHolder, step-down, new holder), and from a release
+//! to the new holder being written. Prints a table; skipped when the control-plane binaries are
+//! not built.
 //!
 //! Run: `cargo bench --profile dev -p conclave --bench controller_real`
 //! (`CONCLAVE_BENCH_ROUNDS`, default 5).
@@ -203,12 +205,17 @@ async fn measure(client: &Client, ns: &str, rounds: usize) -> Measured {
     };
     for round in 0..rounds {
         let lease = format!("bench-{round}");
+        // The newest version registers first and is elected alone; the older ones join while it
+        // holds the Lease, so the best one only gets it through a pre-emption.
         let mut clients = Vec::new();
         for (i, emulation) in ["1.37.0", "1.36.0", "1.35.0"].iter().enumerate() {
             clients.push(
                 CoordinatedClient::register(client, ns, &format!("{lease}-{i}"), &lease, emulation)
                     .await,
             );
+            if i == 0 {
+                wait_holder(&leases, &lease, &format!("{lease}-0")).await;
+            }
         }
         let registered = Instant::now();
         let best = format!("{lease}-2");
