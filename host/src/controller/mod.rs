@@ -365,6 +365,7 @@ pub async fn run(
         check_builtin(&ctx).await;
         tasks.spawn(watch_builtin(ctx.clone(), shutdown.clone()));
     }
+    tasks.spawn(count_candidates(ctx.clone(), shutdown.clone()));
 
     ctx.caches.wait_until_ready().await;
     ready.store(true, Ordering::Relaxed);
@@ -452,9 +453,6 @@ async fn process(ctx: &Arc<Context>, item: Item) {
             ctx.queue.add_at(item.key.clone(), Instant::now() + delay);
         }
     }
-    ctx.metrics
-        .candidates
-        .set(i64::try_from(ctx.caches.candidate_count()).unwrap_or(i64::MAX));
     ctx.queue.done(item);
 }
 
@@ -495,6 +493,20 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
                     tracing::warn!(%lease, candidate = %format!("{ns}/{name}"), %error, "candidate GC failed");
                 }
             }
+        }
+    }
+}
+
+/// Keeps the `candidates` gauge at the size of the cache, on followers too (they keep the cache
+/// warm but reconcile nothing). Every 2 s, well within any scrape interval.
+async fn count_candidates(ctx: Arc<Context>, shutdown: CancellationToken) {
+    loop {
+        ctx.metrics
+            .candidates
+            .set(i64::try_from(ctx.caches.candidate_count()).unwrap_or(i64::MAX));
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
         }
     }
 }
