@@ -300,6 +300,7 @@ fn grafana_dashboard_queries_conclave_metrics_in_every_panel() {
         "conclave_candidates",
         "conclave_gc_deletions",
         "conclave_strategy_conflicts",
+        "conclave_strategy_conflicted_leases",
     ] {
         assert!(
             families.contains(family),
