@@ -181,8 +181,11 @@ impl Context {
             .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
     }
 
-    /// Forgets every blocked Lease (the term ended: a follower blocks nothing).
-    fn clear_conflicted(&self) {
+    /// Forgets every managed and every blocked Lease: the term ended, and a follower manages and
+    /// blocks nothing.
+    fn end_term(&self) {
+        lock(&self.managed).clear();
+        self.metrics.managed_leases.set(0);
         lock(&self.conflicted).clear();
         self.metrics.conflicted_leases.set(0);
     }
@@ -431,7 +434,7 @@ async fn lead(ctx: Arc<Context>, term: conclave_candidate::Term) {
     term.spawn(async move { candidate_gc(gc_ctx, token).await });
     term.cancelled().await;
     ctx.metrics.active.set(0);
-    ctx.clear_conflicted();
+    ctx.end_term();
     tracing::info!(term = term.number(), "stopped being the active controller");
 }
 
