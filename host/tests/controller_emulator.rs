@@ -8,12 +8,13 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, RunningEmulator, Verb};
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, HolderAudit, WAIT, config, create_lease, start, wait_event, wait_lease,
+    CoordinatedHolder, HolderAudit, HolderWrites, WAIT, config, create_lease, free_addr, http_get,
+    metric_sum, scrape, start, wait_event, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use std::time::Duration;
 
@@ -301,44 +302,74 @@ async fn elections_complete_after_500s_409_storms_and_dropped_watches() {
     let faults = emu.faults().clone();
     faults.fail_next(Verb::Create, "leases", 3, Failure::InternalError);
     faults.fail_next(Verb::Update, "leasecandidates", 3, Failure::InternalError);
-    let _controller = start(client.clone(), config(NS, "c1"));
+    let metrics_addr = free_addr();
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(metrics_addr);
+    // The controller's own Lease is an update on `leases` too: renew it rarely, so the injected
+    // conflicts below meet its election writes.
+    cfg.own_lease_duration = Duration::from_secs(30);
+    cfg.own_renew_deadline = Duration::from_secs(20);
+    cfg.own_retry_period = Duration::from_secs(10);
+    let _controller = start(client.clone(), cfg);
     let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
-    let _holder_a = CoordinatedHolder::start(leases.clone(), "l", "a");
+    // The holders (and the second writer below) write by patch, each with the resourceVersion
+    // read as precondition, so the updates that meet injected faults are the controller's.
+    let _holder_a =
+        CoordinatedHolder::start_writing(leases.clone(), "l", "a", HolderWrites::MergePatch);
     wait_lease(&leases, "l", "a elected despite 500s", |r| {
         r.holder() == Some("a")
     })
     .await;
+    let conflicts_before = metric_sum(&scrape(metrics_addr).await, LEASE_UPDATE_CONFLICTS);
 
-    // A 409 storm: another writer bumps the Lease's resourceVersion continuously while a better
-    // candidate arrives and the controller must pre-empt a.
+    // A 409 storm while the controller must pre-empt a for a better candidate: the next five
+    // Lease updates answer 409 Conflict, and another writer keeps bumping the Lease's
+    // resourceVersion.
+    faults.fail_next(Verb::Update, "leases", 5, Failure::Conflict);
     let storm = tokio::spawn({
         let leases = leases.clone();
         async move {
             for i in 0..200u32 {
-                if let Ok(mut lease) = leases.get("l").await {
-                    lease
-                        .metadata
-                        .labels
-                        .get_or_insert_with(Default::default)
-                        .insert("storm".into(), i.to_string());
-                    let _ = leases.replace("l", &PostParams::default(), &lease).await;
+                if let Ok(lease) = leases.get("l").await {
+                    let patch = serde_json::json!({
+                        "metadata": {
+                            "resourceVersion": lease.metadata.resource_version,
+                            "labels": {"storm": i.to_string()},
+                        },
+                    });
+                    let _ = leases
+                        .patch("l", &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
                 }
             }
         }
     });
     faults.drop_watches();
     let _b = candidate(&client, "b", "l", "1.30.0", "1.30.0", OEV).await;
-    let _holder_b = CoordinatedHolder::start(leases.clone(), "l", "b");
+    let _holder_b =
+        CoordinatedHolder::start_writing(leases.clone(), "l", "b", HolderWrites::MergePatch);
     faults.drop_watches();
     faults.fail_next(Verb::Update, "leases", 2, Failure::InternalError);
+    wait_event(&client, NS, "l", "Preempted").await;
     wait_lease(&leases, "l", "b to hold l after the storm", |r| {
         r.holder() == Some("b")
     })
     .await;
     storm.await.unwrap();
     faults.drop_watches();
+    let conflicts =
+        metric_sum(&scrape(metrics_addr).await, LEASE_UPDATE_CONFLICTS) - conflicts_before;
+    eprintln!("the controller met {conflicts} Lease update conflicts in the storm");
+    assert!(
+        conflicts >= 1.0,
+        "the controller's Lease updates met the injected 409s (conflicts metric {conflicts})"
+    );
     audit.assert_never_two_holders();
 }
+
+/// The controller's Lease updates answered 409, from `/metrics`.
+const LEASE_UPDATE_CONFLICTS: &str =
+    "conclave_api_writes_total{operation=\"lease_update\",result=\"conflict\"}";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
@@ -487,36 +518,11 @@ async fn plugin_errors_leave_the_lease_as_it_is() {
         .expect("the controller survives plugin errors and stops cleanly");
 }
 
-/// One plain HTTP/1.1 GET; returns the status line and the body.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (
-        head.lines().next().unwrap_or_default().to_owned(),
-        body.to_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_health_and_readiness_are_served() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        probe.local_addr().expect("addr")
-    };
+    let addr = free_addr();
     let mut cfg = config(NS, "c1");
     cfg.metrics_addr = Some(addr);
     let _controller = start(client.clone(), cfg);
