@@ -11,11 +11,15 @@ use controller_support::{
     CoordinatedHolder, HolderAudit, HolderWrites, WAIT, config, create_lease, free_addr, http_get,
     metric_sum, scrape, start, wait_event, wait_lease,
 };
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const NS: &str = "default";
@@ -370,6 +374,97 @@ async fn elections_complete_after_500s_409_storms_and_dropped_watches() {
 /// The controller's Lease updates answered 409, from `/metrics`.
 const LEASE_UPDATE_CONFLICTS: &str =
     "conclave_api_writes_total{operation=\"lease_update\",result=\"conflict\"}";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watchers_recover_from_expired_watch_history() {
+    // No bookmarks: a watcher's resume point is the last event it saw in its own scope.
+    let emu = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let client =
+        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let relists = WatchRelists::start(leases.clone());
+    let mut cfg = config(NS, "c1");
+    // Elected holders keep the Lease for an hour without renewing: nothing writes in the
+    // controller's namespace while the fault is set up.
+    cfg.lease_duration_seconds = 3600;
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    let listed = relists.count();
+
+    // A write outside the watched namespace moves the store past every watcher's resume point;
+    // then the history is forgotten and every watch is cut: each resumes from a version older
+    // than the kept history and gets 410 Gone, in the middle of the run.
+    let elsewhere: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    create_lease(&elsewhere, "bump", LeaseSpec::default()).await;
+    emu.faults().expire_history();
+    emu.faults().drop_watches();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while relists.count() == listed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a watcher in the controller's namespace never got 410 and relisted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Both of the controller's watchers recovered: a new candidate (candidate watch) is elected
+    // for a new Lease, and a released Lease (Lease watch) is reassigned.
+    let _b = candidate(&client, "b", "m", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "m", "b elected after the 410", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let mut lease = leases.get("l").await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
+    leases
+        .replace("l", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    wait_lease(&leases, "l", "l reassigned after the 410", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+}
+
+/// Counts the relists (a full list after a 410 or at start) of a watcher on `api`, which is
+/// in the same scope as the controller's own watchers.
+struct WatchRelists {
+    count: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WatchRelists {
+    fn start(api: Api<Lease>) -> Self {
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::InitDone) = event {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { count, task }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for WatchRelists {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
