@@ -93,13 +93,17 @@ pub fn engine() -> Engine {
 
 /// Starts the controller with the built-in plugins.
 pub fn start(client: Client, config: ControllerConfig) -> RunningController {
+    start_deciding(client, Arc::new(engine()), config)
+}
+
+/// Starts the controller with `decider` deciding the elections.
+pub fn start_deciding(
+    client: Client,
+    decider: Arc<dyn controller::Decide>,
+    config: ControllerConfig,
+) -> RunningController {
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller::run(
-        client,
-        Arc::new(engine()),
-        config,
-        shutdown.clone(),
-    ));
+    let task = tokio::spawn(controller::run(client, decider, config, shutdown.clone()));
     RunningController {
         shutdown,
         task: Some(task),
