@@ -204,8 +204,8 @@ async fn route(
     };
     match verb {
         Verb::Watch => handler.watch(),
-        Verb::List => handler.list(),
-        Verb::Get => handler.get(),
+        Verb::List => handler.list().await,
+        Verb::Get => handler.get().await,
         Verb::Create => handler.create(body),
         Verb::Update => handler.update(body),
         Verb::Patch => handler.patch(body),
@@ -347,26 +347,123 @@ impl Handler<'_> {
         resp
     }
 
-    fn watch(&self) -> Result<Response, ApiError> {
-        let send_initial = self.param("sendInitialEvents") == Some("true");
-        if send_initial && self.param("resourceVersionMatch") != Some("NotOlderThan") {
-            return Err(ApiError::invalid_options(
-                "ListOptions",
-                &[FieldError {
-                    kind: FieldErrorKind::Forbidden,
-                    path: "resourceVersionMatch".into(),
-                    value: None,
-                    detail:
-                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
-                            .into(),
-                }],
-            ));
+    /// `sendInitialEvents`, when given. kube-apiserver decodes it leniently: "false" and "0"
+    /// (any case) are false, every other value, even an empty one, is true.
+    fn initial_events(&self) -> Option<bool> {
+        self.param("sendInitialEvents")
+            .map(|v| !matches!(v.to_ascii_lowercase().as_str(), "false" | "0"))
+    }
+
+    /// Checks `resourceVersionMatch` and `sendInitialEvents` as kube-apiserver's
+    /// `ValidateListOptions` does, with the same messages, in the same order.
+    fn check_list_options(&self, watch: bool) -> Result<(), ApiError> {
+        let rv_match = self.param("resourceVersionMatch").unwrap_or("");
+        let rv = self.param("resourceVersion").unwrap_or("");
+        let has_continue = self.param("continue").is_some_and(|c| !c.is_empty());
+        let initial_events = self.initial_events();
+        let forbidden = |path: &str, detail: &str| FieldError {
+            kind: FieldErrorKind::Forbidden,
+            path: path.into(),
+            value: None,
+            detail: detail.into(),
+        };
+        let not_supported = |supported: &str| FieldError {
+            kind: FieldErrorKind::NotSupported,
+            path: "resourceVersionMatch".into(),
+            value: Some(format!("{rv_match:?}")),
+            detail: format!("supported values: {supported}"),
+        };
+        let mut errors = Vec::new();
+        if watch {
+            if initial_events.is_some() && rv_match != "NotOlderThan" {
+                errors.push(forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !rv_match.is_empty() {
+                if initial_events.is_none() {
+                    errors.push(forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if rv_match != "NotOlderThan" {
+                    errors.push(not_supported("\"NotOlderThan\""));
+                }
+                if has_continue {
+                    errors.push(forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+            }
+        } else {
+            if !rv_match.is_empty() {
+                if rv.is_empty() {
+                    errors.push(forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ));
+                }
+                if has_continue {
+                    errors.push(forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+                if rv_match != "Exact" && rv_match != "NotOlderThan" {
+                    errors.push(not_supported("\"Exact\", \"NotOlderThan\", \"\""));
+                }
+                if rv_match == "Exact" && rv == "0" {
+                    errors.push(forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
+                }
+            }
+            if initial_events.is_some() {
+                errors.push(forbidden(
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for list",
+                ));
+            }
         }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_options("ListOptions", &errors))
+        }
+    }
+
+    /// For a read from a resourceVersion the store has not reached: waits for it as
+    /// kube-apiserver does, then answers 504 if it still has not come.
+    async fn wait_until_fresh(&self) -> Result<(), ApiError> {
+        let Some(wanted) = self
+            .param("resourceVersion")
+            .and_then(|rv| rv.parse::<u64>().ok())
+        else {
+            return Ok(());
+        };
+        let reached = self.app.store.wait_for(wanted, watch::FRESHNESS_WAIT).await;
+        if reached < wanted {
+            return Err(ApiError::too_large_resource_version(wanted, reached));
+        }
+        Ok(())
+    }
+
+    fn watch(&self) -> Result<Response, ApiError> {
+        self.check_list_options(true)?;
+        // As kube-apiserver: no timeout or 0 means the server's default, a negative one ends
+        // the watch at once.
         let timeout = match self.param("timeoutSeconds") {
-            Some(t) => Duration::from_secs(
-                t.parse::<u64>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t}")))?,
-            ),
+            Some(t) => match t
+                .parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t}")))?
+            {
+                0 => self.app.max_watch_timeout,
+                secs => Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+            },
             None => self.app.max_watch_timeout,
         };
         let req = WatchRequest {
@@ -374,7 +471,7 @@ impl Handler<'_> {
             namespace: self.target.namespace.clone(),
             filter: self.filter()?,
             start: watch::parse_start(self.param("resourceVersion"))?,
-            send_initial,
+            initial_events: self.initial_events(),
             bookmarks: self.param("allowWatchBookmarks") == Some("true"),
             timeout: timeout.min(self.app.max_watch_timeout),
             table: self.table(),
@@ -393,7 +490,8 @@ impl Handler<'_> {
         Ok(resp)
     }
 
-    fn list(&self) -> Result<Response, ApiError> {
+    async fn list(&self) -> Result<Response, ApiError> {
+        self.check_list_options(false)?;
         let limit = match self.param("limit") {
             Some(l) => Some(
                 l.parse::<usize>()
@@ -401,6 +499,7 @@ impl Handler<'_> {
             ),
             None => None,
         };
+        self.wait_until_fresh().await?;
         if self.param("resourceVersionMatch") == Some("Exact") {
             let requested = self.param("resourceVersion").unwrap_or("");
             let current = self.app.store.resource_version();
@@ -423,7 +522,8 @@ impl Handler<'_> {
         Ok(json_response(StatusCode::OK, &body))
     }
 
-    fn get(&self) -> Result<Response, ApiError> {
+    async fn get(&self) -> Result<Response, ApiError> {
+        self.wait_until_fresh().await?;
         let obj = self
             .app
             .store

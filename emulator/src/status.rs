@@ -236,6 +236,22 @@ impl ApiError {
         )
     }
 
+    /// 504 Timeout: a read asked for a resourceVersion the store did not reach within the
+    /// freshness wait, worded as kube-apiserver's watch cache words it.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        e.details = Some(json!({
+            "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }],
+            "retryAfterSeconds": 1,
+        }));
+        e.retry_after = Some(1);
+        e
+    }
+
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type() -> Self {
         let mut e = Self::new(

@@ -66,7 +66,8 @@ struct State {
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum WatchStart {
-    /// Synthetic ADDED events for every current object, then changes (resourceVersion "" or "0").
+    /// The most recent version (resourceVersion "" or "0"): a legacy watch announces every
+    /// current object as ADDED first.
     Now,
     /// Changes after this resourceVersion.
     After(u64),
@@ -174,6 +175,30 @@ impl Store {
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// Waits until the store's resourceVersion reaches `rv`, for at most `timeout`, as
+    /// kube-apiserver's watch cache waits before a read from a version it has not seen yet.
+    /// Returns the resourceVersion it ended at (below `rv` when the wait timed out).
+    pub async fn wait_for(&self, rv: u64, timeout: std::time::Duration) -> u64 {
+        let mut events = {
+            let st = self.lock();
+            if st.rv >= rv {
+                return st.rv;
+            }
+            self.events.subscribe()
+        };
+        let reached = tokio::time::timeout(timeout, async {
+            loop {
+                match events.recv().await {
+                    Ok(ev) if ev.rv >= rv => return,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        let _ = reached.await;
+        self.resource_version()
     }
 
     /// How many objects are stored.
@@ -745,51 +770,44 @@ impl Store {
         }))
     }
 
-    /// Subscribes a watch. Errors with 410 when `start` is older than the kept history.
+    /// Subscribes a watch. With `with_initial`, the current objects are announced first (a
+    /// watch from "now" or `sendInitialEvents=true`); otherwise a watch from a version replays
+    /// the kept history after it, and errors with 410 when it is older than that history.
     pub fn subscribe(
         &self,
         res: usize,
         ns: Option<&str>,
         filter: &Filter,
         start: WatchStart,
-        send_initial: bool,
+        with_initial: bool,
     ) -> Result<Subscription, ApiError> {
         let st = self.lock();
         let live = self.events.subscribe();
         let in_scope = |r: usize, kns: &str| r == res && ns.is_none_or(|n| n == kns);
-        let current = || -> Vec<Value> {
+        let initial = if with_initial {
             st.objects
                 .iter()
                 .filter(|((r, kns, _), obj)| in_scope(*r, kns) && filter.matches(obj))
                 .map(|(_, o)| Value::clone(o))
                 .collect()
+        } else {
+            Vec::new()
         };
-        match start {
-            WatchStart::Now => Ok(Subscription {
-                initial: current(),
-                replay: Vec::new(),
-                live,
-                rv: st.rv,
-            }),
-            WatchStart::After(_) if send_initial => Ok(Subscription {
-                initial: current(),
-                replay: Vec::new(),
-                live,
-                rv: st.rv,
-            }),
-            WatchStart::After(from) => {
+        let replay = match start {
+            WatchStart::After(from) if !with_initial => {
                 if from < st.compacted {
                     return Err(ApiError::expired(from, st.compacted));
                 }
-                let replay = st.history.iter().filter(|e| e.rv > from).cloned().collect();
-                Ok(Subscription {
-                    initial: Vec::new(),
-                    replay,
-                    live,
-                    rv: st.rv,
-                })
+                st.history.iter().filter(|e| e.rv > from).cloned().collect()
             }
-        }
+            _ => Vec::new(),
+        };
+        Ok(Subscription {
+            initial,
+            replay,
+            live,
+            rv: st.rv,
+        })
     }
 
     /// Whether a namespace exists.

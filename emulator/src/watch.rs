@@ -24,8 +24,9 @@ pub(crate) struct WatchRequest {
     pub filter: Filter,
     /// Where to start.
     pub start: WatchStart,
-    /// `sendInitialEvents=true`.
-    pub send_initial: bool,
+    /// `sendInitialEvents`, when given (kube-apiserver reads "false" and "0" as false and any
+    /// other value as true).
+    pub initial_events: Option<bool>,
     /// `allowWatchBookmarks=true`.
     pub bookmarks: bool,
     /// How long the watch may stay open.
@@ -33,6 +34,10 @@ pub(crate) struct WatchRequest {
     /// Table rendering, when the client asked for `as=Table`.
     pub table: Option<IncludeObject>,
 }
+
+/// How long a watch with `sendInitialEvents=true` waits for a resourceVersion the store has not
+/// reached before it answers 504, as kube-apiserver's watch cache does (its `blockTimeout`).
+pub(crate) const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
 /// What the watch loop listens to besides the store.
 pub(crate) struct WatchControl {
@@ -51,16 +56,31 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// A BOOKMARK event. kube-apiserver sends an otherwise empty object of the kind, so it carries
+/// the fields Go serialises for a zero value; they are copied here so clients see the same.
 fn bookmark(res: usize, rv: u64, initial_end: bool) -> Bytes {
     let info = &RESOURCES[res];
-    let mut meta = json!({ "resourceVersion": rv.to_string(), "creationTimestamp": null });
+    let mut meta = json!({ "resourceVersion": rv.to_string() });
     if initial_end {
         meta["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
     }
-    line(
-        "BOOKMARK",
-        &json!({ "kind": info.kind, "apiVersion": info.api_version(), "metadata": meta }),
-    )
+    let mut object = match (info.group, info.kind) {
+        ("", "Namespace") => json!({ "spec": {}, "status": {} }),
+        ("", "Event") => json!({
+            "involvedObject": {}, "source": {}, "firstTimestamp": null, "lastTimestamp": null,
+            "eventTime": null, "reportingComponent": "", "reportingInstance": "",
+        }),
+        ("events.k8s.io", _) => json!({
+            "eventTime": null, "regarding": {}, "deprecatedSource": {},
+            "deprecatedFirstTimestamp": null, "deprecatedLastTimestamp": null,
+        }),
+        (_, "LeaseCandidate") => json!({ "spec": { "leaseName": "", "binaryVersion": "" } }),
+        _ => json!({ "spec": {} }),
+    };
+    object["kind"] = json!(info.kind);
+    object["apiVersion"] = json!(info.api_version());
+    object["metadata"] = meta;
+    line("BOOKMARK", &object)
 }
 
 struct Sender {
@@ -143,12 +163,28 @@ impl Sender {
 
 async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
     let req = sender.req.clone();
+    // As kube-apiserver: `sendInitialEvents=true` lists the state first (after waiting for a
+    // version not reached yet), an explicit false never does, and a legacy watch does only
+    // from "now". The initial-events-end bookmark follows the list when bookmarks are allowed.
+    let with_initial = match (req.initial_events, req.start) {
+        (Some(initial), _) => initial,
+        (None, WatchStart::Now) => true,
+        (None, WatchStart::After(_)) => false,
+    };
+    if with_initial && let WatchStart::After(wanted) = req.start {
+        let reached = store.wait_for(wanted, FRESHNESS_WAIT).await;
+        if reached < wanted {
+            let error = ApiError::too_large_resource_version(wanted, reached);
+            sender.send(line("ERROR", &error.to_status())).await;
+            return;
+        }
+    }
     let sub = match store.subscribe(
         req.res,
         req.namespace.as_deref(),
         &req.filter,
         req.start,
-        req.send_initial,
+        with_initial,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -157,13 +193,19 @@ async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
         }
     };
     let mut live = sub.live;
-    let mut last_rv = sub.rv;
+    // A watch from a version the store has not reached yet waits for it: nothing at or below
+    // the version asked for is sent, and bookmarks never go back before it.
+    let skip_through = match req.start {
+        WatchStart::After(from) if !with_initial => from,
+        _ => 0,
+    };
+    let mut last_rv = sub.rv.max(skip_through);
     for obj in &sub.initial {
         if !sender.object(EventType::Added, obj, None).await {
             return;
         }
     }
-    if req.send_initial && !sender.send(bookmark(req.res, sub.rv, true)).await {
+    if with_initial && req.bookmarks && !sender.send(bookmark(req.res, sub.rv, true)).await {
         return;
     }
     for ev in &sub.replay {
@@ -184,6 +226,7 @@ async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
             () = &mut deadline => return,
             () = sender.tx.closed() => return,
             received = live.recv() => match received {
+                Ok(ev) if ev.rv <= skip_through => {}
                 Ok(ev) => {
                     last_rv = ev.rv;
                     if !sender.event(&ev).await {

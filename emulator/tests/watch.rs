@@ -351,3 +351,58 @@ async fn drop_watches_ends_open_streams() {
         WatchEvent::Added(_)
     ));
 }
+
+#[tokio::test]
+async fn timeout_seconds_zero_means_the_default_timeout() {
+    let (_emulator, client) = common::start().await;
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    // kube-apiserver treats timeoutSeconds=0 as unset: the watch stays open and sees changes.
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(0).disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &lease("zero", "a"))
+        .await
+        .unwrap();
+    match next_change(&mut stream).await {
+        WatchEvent::Added(l) => assert_eq!(l.metadata.name.as_deref(), Some("zero")),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_watch_from_a_future_version_sends_only_later_changes() {
+    let (_emulator, client) = common::start().await;
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    let current: u64 = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()
+        .unwrap();
+    // As kube-apiserver: the watch waits for the version asked for, and nothing at or below it
+    // is delivered.
+    let mut stream = api
+        .watch(
+            &WatchParams::default().disable_bookmarks(),
+            &(current + 3).to_string(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    for i in 1..=5 {
+        api.create(&PostParams::default(), &lease(&format!("f{i}"), "a"))
+            .await
+            .unwrap();
+    }
+    for expected in ["f4", "f5"] {
+        match next_change(&mut stream).await {
+            WatchEvent::Added(l) => assert_eq!(l.metadata.name.as_deref(), Some(expected)),
+            other => panic!("expected ADDED {expected}, got {other:?}"),
+        }
+    }
+}
