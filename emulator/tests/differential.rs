@@ -404,6 +404,32 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
         noop["metadata"]["resourceVersion"], updated["metadata"]["resourceVersion"],
         "a no-op update keeps the resourceVersion"
     );
+    let mut invalid_put = updated.clone();
+    invalid_put["spec"]["leaseDurationSeconds"] = json!(0);
+    invalid_put["spec"]["leaseTransitions"] = json!(-2);
+    let mut bad_labels = lease("lbl", json!({}));
+    bad_labels["metadata"]["labels"] =
+        json!({ "bad key!": "x", "ok": "-not-valid-", "a/b/c": "y" });
+    for invalid in [
+        step(
+            "invalid update",
+            Method::PUT,
+            l1,
+            JSON,
+            Some(invalid_put),
+            422,
+        ),
+        step(
+            "invalid labels",
+            Method::POST,
+            leases,
+            JSON,
+            Some(bad_labels),
+            422,
+        ),
+    ] {
+        run(invalid, &mut transcript).await;
+    }
     run(step("invalid lease", Method::POST, leases, JSON, Some(lease("bad", json!({ "leaseDurationSeconds": 0, "leaseTransitions": -1, "preferredHolder": "x" }))), 422), &mut transcript).await;
     run(
         step(
@@ -526,6 +552,57 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
         &mut transcript,
     )
     .await;
+    let candidate_spec = |version: &str, strategy: &str| json!({ "leaseName": "l1", "binaryVersion": version, "emulationVersion": version, "strategy": strategy });
+    for invalid in [
+        step(
+            "candidate v-prefixed version",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate(
+                "c7",
+                candidate_spec("v1.33.0", "OldestEmulationVersion"),
+            )),
+            422,
+        ),
+        step(
+            "candidate name with dot-dot",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate("..x", cand_spec.clone())),
+            422,
+        ),
+        step(
+            "candidate name with a slash",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate("a/b", cand_spec.clone())),
+            422,
+        ),
+        step(
+            "candidate unqualified strategy",
+            Method::POST,
+            cands,
+            JSON,
+            Some(candidate("c8", candidate_spec("1.33.0", "MyStrategy"))),
+            422,
+        ),
+        step(
+            "invalid candidate update",
+            Method::PUT,
+            &format!("{cands}/Cand_1.a"),
+            JSON,
+            Some(candidate(
+                "Cand_1.a",
+                candidate_spec("1.33.0", "1nvalid strategy!"),
+            )),
+            422,
+        ),
+    ] {
+        run(invalid, &mut transcript).await;
+    }
     run(step("candidate third-party strategy", Method::POST, cands, JSON, Some(candidate("c6", json!({ "leaseName": "l2", "binaryVersion": "1.33.0", "strategy": "example.com/foo" }))), 201), &mut transcript).await;
     run(
         step(
