@@ -7,6 +7,11 @@
 //! paging, every patch type including server-side apply, server-side validation with the same
 //! 422 messages, `Status` errors, discovery, tables and a minimal OpenAPI v3 for kubectl.
 //!
+//! `metadata.generation` is not set on Leases and LeaseCandidates, though the issue that asked
+//! for the emulator says create sets it: kube-apiserver's strategies for both kinds do not set
+//! it either, and the differential test (`tests/differential.rs`, which does not mask the field)
+//! proves the real server's objects carry none. Setting it would break parity.
+//!
 //! Where it knowingly differs from kube-apiserver:
 //! - `spec.leaseName` field selectors on LeaseCandidates are served (kube-apiserver v1.37
 //!   rejects them for `v1beta1` as "not a known field selector");
