@@ -10,7 +10,8 @@ use std::time::Duration;
 /// Arguments of `conclave emulator`.
 #[derive(Debug, clap::Args)]
 pub struct EmulatorArgs {
-    /// Address to listen on (loopback; port 0 picks a free port, written to the kubeconfig).
+    /// Address to listen on: keep it on loopback, the API has no authentication (port 0 picks
+    /// a free port, written to the kubeconfig).
     #[arg(long, env = "CONCLAVE_EMULATOR_LISTEN", default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     /// Where to write a kubeconfig that points at the emulator.
@@ -44,7 +45,25 @@ pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
     runtime.block_on(serve(args))
 }
 
+/// The warning `conclave emulator` gives when `listen` is not a loopback address: the emulator
+/// has no authentication, so anyone who can reach the address can read and change every object.
+/// `None` for loopback addresses, the intended use.
+#[must_use]
+pub fn exposure_warning(listen: SocketAddr) -> Option<String> {
+    (!listen.ip().is_loopback()).then(|| {
+        format!(
+            "warning: --listen {listen} is not a loopback address; the emulator's Kubernetes API \
+             has no authentication, so anyone who can reach it can read and change every object \
+             (use 127.0.0.1 unless you mean to share it)"
+        )
+    })
+}
+
 async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
+    if let Some(warning) = exposure_warning(args.listen) {
+        tracing::warn!(listen = %args.listen, "unauthenticated Kubernetes API on a non-loopback address");
+        eprintln!("{warning}");
+    }
     let config = EmulatorConfig {
         listen: args.listen,
         history_capacity: args.history,
