@@ -82,6 +82,14 @@ pub(crate) async fn handle(
     }
 }
 
+/// 400 for an integer query parameter that does not parse, worded as kube-apiserver's decoder
+/// (Go's `strconv.ParseInt`) words it.
+fn parse_int_error(value: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "strconv.ParseInt: parsing {value:?}: invalid syntax"
+    ))
+}
+
 /// What a resource path names.
 struct Target {
     res: usize,
@@ -457,10 +465,7 @@ impl Handler<'_> {
         // As kube-apiserver: no timeout or 0 means the server's default, a negative one ends
         // the watch at once.
         let timeout = match self.param("timeoutSeconds") {
-            Some(t) => match t
-                .parse::<i64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t}")))?
-            {
+            Some(t) => match t.parse::<i64>().map_err(|_| parse_int_error(t))? {
                 0 => self.app.max_watch_timeout,
                 secs => Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
             },
@@ -493,10 +498,7 @@ impl Handler<'_> {
     async fn list(&self) -> Result<Response, ApiError> {
         self.check_list_options(false)?;
         let limit = match self.param("limit") {
-            Some(l) => Some(
-                l.parse::<usize>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?,
-            ),
+            Some(l) => Some(l.parse::<usize>().map_err(|_| parse_int_error(l))?),
             None => None,
         };
         self.wait_until_fresh().await?;

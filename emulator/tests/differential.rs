@@ -924,6 +924,22 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
             422,
         ),
         step(
+            "timeoutSeconds that is not a number",
+            Method::GET,
+            &watch("timeoutSeconds=soon").replacen("timeoutSeconds=1&", "", 1),
+            JSON,
+            None,
+            400,
+        ),
+        step(
+            "limit that is not a number",
+            Method::GET,
+            &format!("{leases}?limit=ten"),
+            JSON,
+            None,
+            400,
+        ),
+        step(
             "list from a future version",
             Method::GET,
             &format!("{leases}?resourceVersion={future}"),
