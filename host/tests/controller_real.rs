@@ -472,6 +472,12 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
         conclave_in_window, 0.0,
         "Conclave wrote Leases in steady state"
     );
+    // It leaves the built-in controller's Lease out of the Leases it manages: only `tp` counts.
+    assert_eq!(
+        controller_support::metric_sum(&after, "conclave_managed_leases "),
+        1.0,
+        "Conclave manages only its own Lease"
+    );
 
     // Conclave's third-party Lease: elected once by Conclave, then only t's renewals.
     if plugins.is_some() {
