@@ -1,6 +1,7 @@
 //! Warm caches of Leases and LeaseCandidates, fed by kube-rs reflectors, one pair per watched
 //! scope (the whole cluster, or each `--namespace`). Every watch event enqueues the Lease key it
-//! concerns.
+//! concerns; a relist (at start, or after a 410) enqueues its keys once the store holds the
+//! relisted objects.
 
 use super::queue::WorkQueue;
 use conclave_core::k8s::timestamp;
@@ -10,7 +11,7 @@ use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinSet;
 
@@ -42,6 +43,32 @@ fn ping_outstanding(candidate: &LeaseCandidate) -> bool {
         (Some(ping), Some(renew)) => renew.0 < ping.0,
         (Some(_), None) => true,
         (None, _) => false,
+    }
+}
+
+/// The Lease keys of a relist in progress. kube-rs's reflector swaps the relisted objects into the
+/// store only at `InitDone`, so a key enqueued at `InitApply` could be reconciled against the old
+/// store and the change missed; and an object deleted while the watch was down gets no event at
+/// all. So the keys of the old store and of every relisted object are enqueued at `InitDone`.
+#[derive(Default)]
+struct Relist(HashSet<String>);
+
+impl Relist {
+    /// A relist begins; `previous` are the keys the store holds until it completes.
+    fn start(&mut self, previous: impl Iterator<Item = Option<String>>) {
+        self.0.clear();
+        self.0.extend(previous.flatten());
+    }
+
+    fn add(&mut self, key: Option<String>) {
+        self.0.extend(key);
+    }
+
+    /// The store now holds the relisted objects: enqueue every key seen.
+    fn finish(&mut self, queue: &WorkQueue) {
+        for key in self.0.drain() {
+            queue.add(key);
+        }
     }
 }
 
@@ -89,11 +116,13 @@ impl Caches {
             let (leases, lease_writer) = reflector::store();
             let (candidates, candidate_writer) = reflector::store();
             let q = queue.clone();
+            let lease_reader = leases.clone();
             let lease_stream =
                 reflector::reflector(lease_writer, watcher(lease_api, watcher::Config::default()))
                     .default_backoff();
             tasks.spawn(async move {
                 futures::pin_mut!(lease_stream);
+                let mut relist = Relist::default();
                 while let Some(event) = lease_stream.next().await {
                     match event {
                         Ok(watcher::Event::Apply(lease) | watcher::Event::Delete(lease)) => {
@@ -101,12 +130,11 @@ impl Caches {
                                 q.add(key);
                             }
                         }
-                        Ok(watcher::Event::InitApply(lease)) => {
-                            if let Some(key) = lease_key(&lease) {
-                                q.add(key);
-                            }
+                        Ok(watcher::Event::Init) => {
+                            relist.start(lease_reader.state().iter().map(|l| lease_key(l)));
                         }
-                        Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                        Ok(watcher::Event::InitApply(lease)) => relist.add(lease_key(&lease)),
+                        Ok(watcher::Event::InitDone) => relist.finish(&q),
                         Err(error) => tracing::warn!(%error, "watching Leases"),
                     }
                 }
@@ -114,6 +142,7 @@ impl Caches {
             let q = queue.clone();
             let pings = pings.clone();
             let on_ack = on_ack.clone();
+            let candidate_reader = candidates.clone();
             let candidate_stream = reflector::reflector(
                 candidate_writer,
                 watcher(candidate_api, watcher::Config::default()),
@@ -121,14 +150,24 @@ impl Caches {
             .default_backoff();
             tasks.spawn(async move {
                 futures::pin_mut!(candidate_stream);
+                let mut relist = Relist::default();
                 while let Some(event) = candidate_stream.next().await {
-                    let candidate = match event {
-                        Ok(
-                            watcher::Event::Apply(c)
-                            | watcher::Event::InitApply(c)
-                            | watcher::Event::Delete(c),
-                        ) => c,
-                        Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    let (candidate, relisted) = match event {
+                        Ok(watcher::Event::Apply(c) | watcher::Event::Delete(c)) => (c, false),
+                        Ok(watcher::Event::InitApply(c)) => (c, true),
+                        Ok(watcher::Event::Init) => {
+                            relist.start(
+                                candidate_reader
+                                    .state()
+                                    .iter()
+                                    .map(|c| candidate_lease_key(c)),
+                            );
+                            continue;
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            relist.finish(&q);
+                            continue;
+                        }
                         Err(error) => {
                             tracing::warn!(%error, "watching LeaseCandidates");
                             continue;
@@ -138,7 +177,10 @@ impl Caches {
                     if ping_outstanding(&candidate) {
                         continue;
                     }
-                    if let Some(key) = candidate_lease_key(&candidate) {
+                    let key = candidate_lease_key(&candidate);
+                    if relisted {
+                        relist.add(key);
+                    } else if let Some(key) = key {
                         q.add(key);
                     }
                 }
