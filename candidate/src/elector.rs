@@ -325,6 +325,8 @@ impl Elector {
         let end = shutdown.child_token();
         let (changes_tx, changes) = watch::channel(None);
         let watch_stop = CancellationToken::new();
+        // Also when this future is dropped before it returns (an application giving up on it).
+        let _stop_watcher_on_drop = watch_stop.clone().drop_guard();
         let watcher = tokio::spawn(watch_lease(
             lock.api().clone(),
             lock.config().name.clone(),
@@ -401,6 +403,26 @@ enum Take {
 struct CandidateTask {
     stop: CancellationToken,
     task: Option<JoinHandle<Result<()>>>,
+}
+
+impl Drop for CandidateTask {
+    /// An elector dropped before [`Elector::run`] returned leaves the election too: its
+    /// LeaseCandidate task stops renewing and deletes the candidate.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Ends a term's work if the elector's future is dropped while the term runs: nobody renews the
+/// Lease any more, so the term's tasks must not go on leading. On a normal end the term is
+/// already stopped and drained, and this does nothing.
+struct EndTermOnDrop(Term);
+
+impl Drop for EndTermOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+        self.0.abort_running();
+    }
 }
 
 /// The last Lease spec seen and when (local clock) it was first seen.
@@ -662,6 +684,7 @@ impl Runner {
             observed_at: won.observed_at,
         });
         term.spawn(lead(term.clone()));
+        let _end_term_on_drop = EndTermOnDrop(term.clone());
 
         let mut lease = *won.lease;
         let mut renewed_at = won.renewed_at;

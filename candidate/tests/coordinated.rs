@@ -549,3 +549,57 @@ async fn fallback_takes_a_free_lease_when_no_controller_assigns_one() {
     );
     a.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_run_future_ends_the_term_and_leaves_the_election() {
+    // An application that gives up on `run` (drops its future, e.g. in a `select!`) while leading:
+    // nobody renews the Lease any more, so the term's work must stop, and the LeaseCandidate must
+    // go rather than keep answering pings for an instance that no longer takes part.
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let elector = Elector::coordinated(
+        common::client(&emulator),
+        lease_config("dropped", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap();
+    let held = Arc::new(());
+    let in_term = held.clone();
+    // The term's work holds `in_term` until it is cancelled or aborted; it ignores the term token
+    // on purpose, so only an abort ends it.
+    let a = Running::start(elector, move |term: Term| {
+        let in_term = in_term.clone();
+        async move {
+            term.spawn(async move {
+                let _held = in_term;
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    wait_for("a's candidate", || async {
+        candidates(&client).get_opt("a").await.unwrap().map(|_| ())
+    })
+    .await;
+    assign(&client, "dropped", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        s == LeaderState::Leading { term: 1 }
+    })
+    .await;
+    // Held here, by the lead closure, and by the term's task.
+    assert_eq!(Arc::strong_count(&held), 3, "the term's task runs");
+
+    a.task.abort();
+    wait_for("the term's task ended", || async {
+        (Arc::strong_count(&held) == 1).then_some(())
+    })
+    .await;
+    wait_for("a's LeaseCandidate deleted", || async {
+        candidates(&client)
+            .get_opt("a")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}

@@ -53,10 +53,10 @@ impl RunningController {
         }
     }
 
-    /// Aborts the controller task at once: no release, no drain. Not a whole crash: the tasks of
-    /// the current term (workers, candidate GC), which the elector spawns, keep running with a
-    /// cache that no longer updates (seen: candidate GC still deleted a candidate 5 s later).
-    /// controller_ha.rs kills a `conclave run` process for a faithful crash.
+    /// Aborts the controller task at once: no release, no drain. Dropping the elector's future
+    /// aborts the current term's tasks (workers, candidate GC) too, so nothing keeps writing;
+    /// the controller's Lease is left to expire. controller_ha.rs kills a `conclave run` process
+    /// for a whole-process crash.
     pub fn crash(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
