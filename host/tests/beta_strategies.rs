@@ -16,56 +16,26 @@ use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const BETA: [&str; 3] = ["priority", "least-disruption", "zone-affinity"];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod wasm_build;
+
+use wasm_build::repo;
 
 /// Builds the beta plugins (once per test binary) as `scripts/test-all.sh` does; returns the
 /// directory holding `NAME.wasm`.
 fn beta_plugins() -> PathBuf {
-    static BUILT: Mutex<bool> = Mutex::new(false);
-    let mut built = BUILT
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let dir = repo().join("target/wasm/wasm32-wasip2/release");
-    if !*built {
-        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cargo.current_dir(repo().join("strategies")).args([
-            "build",
-            "--release",
-            "--locked",
-            "--target",
-            "wasm32-wasip2",
-        ]);
-        for package in BETA {
-            cargo.args(["--package", package]);
-        }
-        for var in [
-            "CARGO_ENCODED_RUSTFLAGS",
-            "RUSTFLAGS",
-            "CARGO_BUILD_TARGET",
-            "CARGO_TARGET_DIR",
-            "CARGO_BUILD_TARGET_DIR",
-        ] {
-            cargo.env_remove(var);
-        }
-        let output = cargo.output().expect("run cargo");
-        assert!(output.status.success(), "{}", text(&output));
-        *built = true;
-    }
-    dir
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| wasm_build::build_plugins(&BETA))
+        .clone()
 }
 
 fn wasm(package: &str) -> PathBuf {

@@ -4,6 +4,7 @@
 //! when the control-plane binaries are not built.
 
 mod controller_support;
+mod wasm_build;
 
 use conclave::controller::ControllerConfig;
 use conclave::engine::{Engine, EngineConfig};
@@ -22,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -48,20 +48,12 @@ async fn responder(
     .expect("candidate registers")
 }
 
-/// A directory holding only the `conclave.dev/priority` plugin, if it has been built.
-fn priority_plugin_dir() -> Option<tempfile::TempDir> {
-    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm/wasm32-wasip2/release/priority.wasm");
-    if !built.exists() {
-        eprintln!(
-            "SKIP third-party part: {} not built (cargo build --release --target wasm32-wasip2 in strategies/)",
-            built.display()
-        );
-        return None;
-    }
+/// A directory holding only the `conclave.dev/priority` plugin, built from source.
+fn priority_plugin_dir() -> tempfile::TempDir {
+    let built = wasm_build::build_plugins(&["priority"]).join("priority.wasm");
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::copy(&built, dir.path().join("priority.wasm")).expect("copy plugin");
-    Some(dir)
+    dir
 }
 
 fn start_with_engine(
@@ -108,7 +100,7 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
 
     let plugins = priority_plugin_dir();
     let engine = Engine::new(EngineConfig {
-        plugins_dir: plugins.as_ref().map(|d| d.path().to_path_buf()),
+        plugins_dir: Some(plugins.path().to_path_buf()),
         ..EngineConfig::default()
     })
     .expect("engine");
@@ -187,43 +179,41 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     .await;
 
     // A third-party strategy, decided by the conclave.dev/priority plugin.
-    if plugins.is_some() {
-        let mut low = lease_candidate(
-            &ns,
-            "old-version",
-            "tp",
-            "1.36.0",
-            Some("1.36.0"),
-            "conclave.dev/priority",
-        );
-        low.metadata.annotations = None;
-        let mut high = lease_candidate(
-            &ns,
-            "prioritised",
-            "tp",
-            "1.37.0",
-            Some("1.37.0"),
-            "conclave.dev/priority",
-        );
-        high.metadata.annotations = Some(
-            [(
-                "coordination.conclave.dev/priority".to_owned(),
-                "10".to_owned(),
-            )]
-            .into(),
-        );
-        let _low = CandidateResponder::register(client.clone(), low)
-            .await
-            .unwrap();
-        let _high = CandidateResponder::register(client.clone(), high)
-            .await
-            .unwrap();
-        let record = wait_lease(&leases, "tp", "the prioritised candidate", |r| {
-            r.holder() == Some("prioritised")
-        })
-        .await;
-        assert_eq!(record.strategy(), Some("conclave.dev/priority"));
-    }
+    let mut low = lease_candidate(
+        &ns,
+        "old-version",
+        "tp",
+        "1.36.0",
+        Some("1.36.0"),
+        "conclave.dev/priority",
+    );
+    low.metadata.annotations = None;
+    let mut high = lease_candidate(
+        &ns,
+        "prioritised",
+        "tp",
+        "1.37.0",
+        Some("1.37.0"),
+        "conclave.dev/priority",
+    );
+    high.metadata.annotations = Some(
+        [(
+            "coordination.conclave.dev/priority".to_owned(),
+            "10".to_owned(),
+        )]
+        .into(),
+    );
+    let _low = CandidateResponder::register(client.clone(), low)
+        .await
+        .unwrap();
+    let _high = CandidateResponder::register(client.clone(), high)
+        .await
+        .unwrap();
+    let record = wait_lease(&leases, "tp", "the prioritised candidate", |r| {
+        r.holder() == Some("prioritised")
+    })
+    .await;
+    assert_eq!(record.strategy(), Some("conclave.dev/priority"));
 
     // Candidate GC, by a controller restarted with a short GC period (with the default 30 min
     // the stale candidate, renewed 2 h ago, is collected at the first sweep too, 15 min in).
@@ -371,7 +361,7 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     cfg.metrics_addr = Some(metrics_addr);
     let plugins = priority_plugin_dir();
     let engine = Engine::new(EngineConfig {
-        plugins_dir: plugins.as_ref().map(|d| d.path().to_path_buf()),
+        plugins_dir: Some(plugins.path().to_path_buf()),
         ..EngineConfig::default()
     })
     .expect("engine");
@@ -381,11 +371,7 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     for (name, emulation) in [("a", "1.36.0"), ("b", "1.35.0")] {
         keep.push(responder(&client, &ns, name, "builtin", "1.37.0", emulation, OEV).await);
     }
-    let third_party = if plugins.is_some() {
-        "conclave.dev/priority"
-    } else {
-        "example.com/none"
-    };
+    let third_party = "conclave.dev/priority";
     keep.push(responder(&client, &ns, "t", "tp", "1.37.0", "1.37.0", third_party).await);
     // The candidates renew their Leases as real clients do, and step down when pre-empted.
     let _holder_a = CoordinatedHolder::start(leases.clone(), "builtin", "a");
@@ -396,12 +382,10 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
         r.holder() == Some("b") && r.preferred().is_none() && r.lease_duration_seconds == Some(3)
     })
     .await;
-    if plugins.is_some() {
-        wait_lease(&leases, "tp", "t to hold and renew", |r| {
-            r.holder() == Some("t") && r.lease_duration_seconds == Some(3)
-        })
-        .await;
-    }
+    wait_lease(&leases, "tp", "t to hold and renew", |r| {
+        r.holder() == Some("t") && r.lease_duration_seconds == Some(3)
+    })
+    .await;
 
     // 60 s of steady state: only the holders' renewals may write.
     let before = controller_support::scrape(metrics_addr).await;
@@ -480,36 +464,34 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     );
 
     // Conclave's third-party Lease: elected once by Conclave, then only t's renewals.
-    if plugins.is_some() {
-        assert!(
-            writes
-                .of("tp")
-                .iter()
-                .any(|w| w.elected_by_annotation && w.record.holder() == Some("t")),
-            "Conclave elected t for `tp`"
-        );
-        let foreign: Vec<&LeaseWrite> = tp
+    assert!(
+        writes
+            .of("tp")
             .iter()
-            .filter(|w| !by_t.contains(&w.record.resource_version))
-            .collect();
-        assert!(
-            foreign.is_empty(),
-            "writes to `tp` in steady state that are not t's renewals: {foreign:#?}"
-        );
-        assert!(
-            tp.len() >= 10,
-            "t renews `tp` every 300 ms, the watch saw {} writes in 60 s",
-            tp.len()
-        );
-        let flips: Vec<&LeaseWrite> = tp
-            .iter()
-            .filter(|w| w.record.holder() != Some("t") || w.record.preferred().is_some())
-            .collect();
-        assert!(
-            flips.is_empty(),
-            "holder or preferredHolder moved on `tp`: {flips:#?}"
-        );
-    }
+            .any(|w| w.elected_by_annotation && w.record.holder() == Some("t")),
+        "Conclave elected t for `tp`"
+    );
+    let foreign: Vec<&LeaseWrite> = tp
+        .iter()
+        .filter(|w| !by_t.contains(&w.record.resource_version))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "writes to `tp` in steady state that are not t's renewals: {foreign:#?}"
+    );
+    assert!(
+        tp.len() >= 10,
+        "t renews `tp` every 300 ms, the watch saw {} writes in 60 s",
+        tp.len()
+    );
+    let flips: Vec<&LeaseWrite> = tp
+        .iter()
+        .filter(|w| w.record.holder() != Some("t") || w.record.preferred().is_some())
+        .collect();
+    assert!(
+        flips.is_empty(),
+        "holder or preferredHolder moved on `tp`: {flips:#?}"
+    );
     shutdown.cancel();
     task.await.unwrap();
     cp.check_running().unwrap();

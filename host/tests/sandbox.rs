@@ -10,6 +10,8 @@ use conclave_core::time::Timestamp;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod wasm_build;
+
 const TEMPLATE: &str = include_str!("fixtures/strategy.wat");
 
 /// A fixture plugin claiming strategy `name`, whose `elect` runs `body`.
@@ -339,34 +341,13 @@ fn wasi_component_is_accepted_only_with_allow_wasi() {
 
 /// Builds the fixture crate `fixtures/NAME` for wasm32-wasip2 and returns its component.
 fn build_fixture(name: &str) -> std::path::PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target_dir = manifest_dir.join("../target/wasi-guest");
-    let mut build = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
-    build
-        .current_dir(manifest_dir.join("tests/fixtures").join(name))
-        .args([
-            "build",
-            "--locked",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(&target_dir);
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-    ] {
-        build.env_remove(var);
-    }
-    let built = build.output().expect("run cargo");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
+    let target_dir = wasm_build::repo().join("target/wasi-guest");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    wasm_build::cargo_build_wasm(
+        &fixture,
+        &["--locked", "--target-dir", target_dir.to_str().unwrap()],
     );
     target_dir.join(format!(
         "wasm32-wasip2/release/{}.wasm",

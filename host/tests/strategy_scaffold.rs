@@ -6,12 +6,9 @@ use conclave::engine::{Engine, EngineConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod wasm_build;
+
+use wasm_build::repo;
 
 fn conclave(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_conclave"))
@@ -75,28 +72,8 @@ fn scaffolded_plugin_builds_and_passes_its_vectors() {
 /// Builds the scaffolded crate in `dir` exactly as its README says (with a target dir kept between
 /// runs for speed), runs its vectors through `conclave strategy test`, and returns the component.
 fn build_and_test(dir: &Path, name: &str) -> PathBuf {
-    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build
-        .current_dir(dir)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(repo().join("target").join("scaffold-build"));
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-    ] {
-        build.env_remove(var);
-    }
-    let built = build.output().expect("run cargo");
-    assert!(built.status.success(), "{}", text(&built));
+    let target_dir = repo().join("target").join("scaffold-build");
+    wasm_build::cargo_build_wasm(dir, &["--target-dir", target_dir.to_str().unwrap()]);
     let wasm = repo().join(format!(
         "target/scaffold-build/wasm32-wasip2/release/{}.wasm",
         name.replace('-', "_")
