@@ -5,11 +5,11 @@ mod controller_support;
 
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
-use conclave_emulator::{Emulator, EmulatorConfig, Failure, RunningEmulator, Verb};
+use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, HolderAudit, HolderWrites, WAIT, config, create_lease, free_addr, http_get,
-    metric_sum, scrape, start, wait_event, wait_lease,
+    CoordinatedHolder, HolderAudit, HolderWrites, NS, WAIT, candidate, config, create_lease,
+    emulator, free_addr, http_get, metric_sum, scrape, start, wait_event, wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -21,36 +21,6 @@ use kube::{Api, Client};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-const NS: &str = "default";
-
-async fn emulator() -> (RunningEmulator, Client) {
-    let emulator = Emulator::start(EmulatorConfig {
-        bookmark_interval: Duration::from_millis(500),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator starts");
-    let config = kube::Config::new(emulator.url().parse().expect("url"));
-    let client = Client::try_from(config).expect("client");
-    (emulator, client)
-}
-
-async fn candidate(
-    client: &Client,
-    name: &str,
-    lease: &str,
-    binary: &str,
-    emulation: &str,
-    strategy: &str,
-) -> CandidateResponder {
-    CandidateResponder::register(
-        client.clone(),
-        lease_candidate(NS, name, lease, binary, Some(emulation), strategy),
-    )
-    .await
-    .expect("candidate registers")
-}
 
 fn micro(at: jiff::Timestamp) -> MicroTime {
     MicroTime(at)

@@ -10,11 +10,11 @@ use conclave::controller::{CONTROLLER_LEASE, Decide, DecideError};
 use conclave::engine::Engine;
 use conclave_core::request::ElectionRequest;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
-use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use conclave_emulator::RunningEmulator;
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
-    HolderAudit, LeaseWrite, LeaseWrites, PingAnswerer, WAIT, config, engine, free_addr, http_get,
-    scrape, start, start_deciding, wait_lease,
+    HolderAudit, LeaseWrite, LeaseWrites, NS, PingAnswerer, WAIT, candidate, config, emulator,
+    engine, free_addr, http_get, scrape, start, start_deciding, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -26,29 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-const NS: &str = "default";
 /// Where the replicas keep their own Lease (as `config` sets it).
 const OWN_NS: &str = "kube-system";
 
-async fn emulator() -> (RunningEmulator, Client) {
-    let emulator = Emulator::start(EmulatorConfig {
-        bookmark_interval: Duration::from_millis(500),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator starts");
-    let client =
-        Client::try_from(kube::Config::new(emulator.url().parse().expect("url"))).expect("client");
-    (emulator, client)
-}
-
-async fn candidate(client: &Client, name: &str, lease: &str) -> CandidateResponder {
-    CandidateResponder::register(
-        client.clone(),
-        lease_candidate(NS, name, lease, "1.31.0", Some("1.31.0"), OEV),
-    )
-    .await
-    .expect("candidate registers")
+/// A candidate for `lease` in the default namespace at version 1.31.0.
+async fn candidate_131(client: &Client, name: &str, lease: &str) -> CandidateResponder {
+    candidate(client, name, lease, "1.31.0", "1.31.0", OEV).await
 }
 
 /// `conclave run` as a process against the emulator, with the own-Lease timers of
@@ -135,7 +118,7 @@ async fn a_follower_takes_over_after_the_active_replica_crashes() {
     let own_lease_duration = cfg.own_lease_duration;
     let follower = start(client.clone(), cfg);
     wait_warm_follower(metrics).await;
-    let _a = candidate(&client, "a", "l").await;
+    let _a = candidate_131(&client, "a", "l").await;
     wait_lease(&leases, "l", "a elected by replica-1", |r| {
         r.holder() == Some("a")
     })
@@ -278,7 +261,7 @@ async fn a_graceful_stop_releases_the_lease_after_the_write_in_flight() {
     // that did not wait for it would have released the Lease (a read and a write, 600 ms) long
     // before the election's write lands.
     emu.faults().set_latency(Duration::from_millis(300));
-    let _a = candidate(&client, "a", "l").await;
+    let _a = candidate_131(&client, "a", "l").await;
     tokio::time::timeout(WAIT, entered.recv())
         .await
         .expect("an election started")

@@ -7,6 +7,8 @@ use conclave::engine::{Engine, EngineConfig};
 use conclave_core::k8s::{lease_record, timestamp};
 use conclave_core::lease::{ELECTED_BY_ANNOTATION, LeaseRecord};
 use conclave_core::plan::Mode;
+use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use conclave_testkit::{CandidateResponder, lease_candidate};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -20,6 +22,39 @@ use tokio_util::sync::CancellationToken;
 
 /// Generous bound for waiting on conditions (never a timing assertion).
 pub const WAIT: Duration = Duration::from_secs(90);
+
+/// The namespace the emulator tests elect in.
+pub const NS: &str = "default";
+
+/// An emulator with frequent bookmarks, and a client for it.
+pub async fn emulator() -> (RunningEmulator, Client) {
+    let emulator = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_millis(500),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let config = kube::Config::new(emulator.url().parse().expect("url"));
+    let client = Client::try_from(config).expect("client");
+    (emulator, client)
+}
+
+/// A live candidate (it answers pings) for `lease` in [`NS`].
+pub async fn candidate(
+    client: &Client,
+    name: &str,
+    lease: &str,
+    binary: &str,
+    emulation: &str,
+    strategy: &str,
+) -> CandidateResponder {
+    CandidateResponder::register(
+        client.clone(),
+        lease_candidate(NS, name, lease, binary, Some(emulation), strategy),
+    )
+    .await
+    .expect("candidate registers")
+}
 
 /// Creates the Lease `name` with `spec` through `leases`, as a component or operator would
 /// before the controller sees it.
