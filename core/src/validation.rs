@@ -165,10 +165,16 @@ pub fn dns1123_label_errors(value: &str) -> Vec<String> {
 /// Problems with `value` as an RFC 1123 subdomain (Lease names, strategy prefixes).
 #[must_use]
 pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
+    subdomain_errors(value, "characters")
+}
+
+/// [`dns1123_subdomain_errors`], with the length limit counted in `unit`: kube-apiserver v1.37
+/// says "characters" for object names but "bytes" for a label key's prefix.
+fn subdomain_errors(value: &str, unit: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
         errors.push(format!(
-            "must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+            "must be no more than {DNS1123_SUBDOMAIN_MAX} {unit}"
         ));
     }
     if value.is_empty() || !value.split('.').all(matches_dns1123_label) {
@@ -232,7 +238,7 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
                 errors.push("prefix part must be non-empty".into());
             } else {
                 errors.extend(
-                    dns1123_subdomain_errors(prefix)
+                    subdomain_errors(prefix, "bytes")
                         .into_iter()
                         .map(|msg| format!("prefix part {msg}")),
                 );
@@ -251,7 +257,7 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
         errors.push("name part must be non-empty".into());
     } else if name.len() > QUALIFIED_NAME_MAX {
         errors.push(format!(
-            "name part must be no more than {QUALIFIED_NAME_MAX} characters"
+            "name part must be no more than {QUALIFIED_NAME_MAX} bytes"
         ));
     }
     if !matches_qualified_name_part(name) {
@@ -352,7 +358,7 @@ fn validate_meta(meta: &MetaFields<'_>, name_rule: fn(&str) -> Vec<String>) -> V
 fn label_value_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > LABEL_VALUE_MAX {
-        errors.push(format!("must be no more than {LABEL_VALUE_MAX} characters"));
+        errors.push(format!("must be no more than {LABEL_VALUE_MAX} bytes"));
     }
     if !value.is_empty() && !matches_qualified_name_part(value) {
         errors.push(regex_error(

@@ -410,7 +410,29 @@ pub async fn run_script(client: &kube::Client, ns: &str, upstream: bool) -> Vec<
     let mut bad_labels = lease("lbl", json!({}));
     bad_labels["metadata"]["labels"] =
         json!({ "bad key!": "x", "ok": "-not-valid-", "a/b/c": "y" });
+    // One label per object: the length limits (counted in bytes, as upstream words them).
+    let mut long_label_value = lease("lblv", json!({}));
+    long_label_value["metadata"]["labels"] = json!({ "long": "v".repeat(64) });
+    let mut long_label_key = lease("lblk", json!({}));
+    long_label_key["metadata"]["labels"] =
+        json!({ format!("{}/{}", "p".repeat(254), "n".repeat(64)): "x" });
     for invalid in [
+        step(
+            "label value over 63 bytes",
+            Method::POST,
+            leases,
+            JSON,
+            Some(long_label_value),
+            422,
+        ),
+        step(
+            "label key prefix over 253 bytes, name over 63",
+            Method::POST,
+            leases,
+            JSON,
+            Some(long_label_key),
+            422,
+        ),
         step(
             "invalid update",
             Method::PUT,
