@@ -9,7 +9,8 @@ use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
     CoordinatedHolder, HolderAudit, HolderWrites, NS, WAIT, candidate, config, create_lease,
-    emulator, free_addr, http_get, metric_sum, scrape, start, wait_event, wait_lease,
+    emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start, wait_event,
+    wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -444,29 +445,8 @@ async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
     let audit = HolderAudit::start(leases.clone(), "l");
     // Slow API: the first controller is mid-way (pings sent or in flight) when it crashes.
     emu.faults().set_latency(Duration::from_millis(150));
-    let mut stale = lease_candidate(NS, "a", "l", "1.31.0", Some("1.31.0"), OEV);
-    stale.spec.as_mut().unwrap().renew_time = Some(ago(60));
-    candidates
-        .create(&PostParams::default(), &stale)
-        .await
-        .unwrap();
     let first = start(client.clone(), config(NS, "c1"));
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while candidates
-        .get("a")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .ping_time
-        .is_none()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ping from the first controller"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stale_candidate_pinged(&candidates, "a", "l", || "the first controller".into()).await;
     first.crash();
     emu.faults().set_latency(Duration::ZERO);
     // The candidate comes alive (answers pings) only now; a second controller finishes the job

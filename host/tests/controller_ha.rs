@@ -11,15 +11,13 @@ use conclave::engine::Engine;
 use conclave_core::request::ElectionRequest;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::RunningEmulator;
-use conclave_testkit::{CandidateResponder, lease_candidate};
+use conclave_testkit::CandidateResponder;
 use controller_support::{
     HolderAudit, LeaseWrite, LeaseWrites, NS, PingAnswerer, WAIT, candidate, config, emulator,
-    engine, free_addr, http_get, scrape, start, start_deciding, wait_lease,
+    engine, free_addr, http_get, scrape, stale_candidate_pinged, start, start_deciding, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::PostParams;
 use kube::{Api, Client};
 use std::process::{Child, Command};
 use std::sync::Arc;
@@ -126,31 +124,7 @@ async fn a_follower_takes_over_after_the_active_replica_crashes() {
 
     // An election in progress: b has not renewed for a minute, so the active replica pings it
     // and waits for its ack.
-    let mut silent = lease_candidate(NS, "b", "m", "1.31.0", Some("1.31.0"), OEV);
-    silent.spec.as_mut().unwrap().renew_time = Some(MicroTime(
-        jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60),
-    ));
-    candidates
-        .create(&PostParams::default(), &silent)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while candidates
-        .get("b")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .ping_time
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "replica-1 never pinged b: {}",
-            active.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stale_candidate_pinged(&candidates, "b", "m", || active.log()).await;
     let audit = HolderAudit::start(leases.clone(), "m");
 
     // The active replica crashes before the ack window ends; b answers only now.

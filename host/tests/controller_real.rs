@@ -14,7 +14,8 @@ use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, LeaseWrite, LeaseWrites, config, create_lease, start, wait_event, wait_lease,
+    CoordinatedHolder, LeaseWrite, LeaseWrites, candidate_in, config, create_lease, start,
+    wait_event, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -29,23 +30,6 @@ use tokio_util::sync::CancellationToken;
 
 fn ago(seconds: i64) -> MicroTime {
     MicroTime(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds))
-}
-
-async fn responder(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    lease: &str,
-    binary: &str,
-    emulation: &str,
-    strategy: &str,
-) -> CandidateResponder {
-    CandidateResponder::register(
-        client.clone(),
-        lease_candidate(ns, name, lease, binary, Some(emulation), strategy),
-    )
-    .await
-    .expect("candidate registers")
 }
 
 /// A directory holding only the `conclave.dev/priority` plugin, built from source.
@@ -109,7 +93,7 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     let (shutdown, task) = start_with_engine(client.clone(), engine, cfg.clone());
 
     // A single candidate.
-    let _single = responder(&client, &ns, "only", "single", "1.37.0", "1.37.0", OEV).await;
+    let _single = candidate_in(&client, &ns, "only", "single", "1.37.0", "1.37.0", OEV).await;
     let record = wait_lease(&leases, "single", "the single candidate", |r| {
         r.holder() == Some("only")
     })
@@ -124,18 +108,18 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
         ("baz3", "1.19.0", "1.19.0"),
         ("baz4", "1.20.0", "1.19.0"),
     ] {
-        several.push(responder(&client, &ns, name, "several", binary, emulation, OEV).await);
+        several.push(candidate_in(&client, &ns, name, "several", binary, emulation, OEV).await);
     }
     wait_lease(&leases, "several", "baz3", |r| r.holder() == Some("baz3")).await;
 
     // A better candidate arrives and pre-empts the holder through preferredHolder.
-    let _newer = responder(&client, &ns, "newer", "preempt", "1.37.0", "1.37.0", OEV).await;
+    let _newer = candidate_in(&client, &ns, "newer", "preempt", "1.37.0", "1.37.0", OEV).await;
     let _newer_holder = CoordinatedHolder::start(leases.clone(), "preempt", "newer");
     wait_lease(&leases, "preempt", "newer to hold", |r| {
         r.holder() == Some("newer")
     })
     .await;
-    let _older = responder(&client, &ns, "older", "preempt", "1.37.0", "1.36.0", OEV).await;
+    let _older = candidate_in(&client, &ns, "older", "preempt", "1.37.0", "1.36.0", OEV).await;
     let _older_holder = CoordinatedHolder::start(leases.clone(), "preempt", "older");
     wait_event(&client, &ns, "preempt", "Preempted").await;
     wait_lease(&leases, "preempt", "older to take over", |r| {
@@ -156,7 +140,7 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     )
     .await;
     let legacy = CoordinatedHolder::start(leases.clone(), "legacy", "legacy-client");
-    let _cle = responder(
+    let _cle = candidate_in(
         &client,
         &ns,
         "cle-client",
@@ -220,7 +204,7 @@ async fn upstream_scenarios_with_the_builtin_controller_passive() {
     assert!(candidates.get_opt("stale").await.unwrap().is_some());
     shutdown.cancel();
     task.await.unwrap();
-    let _fresh = responder(&client, &ns, "fresh", "gc", "1.37.0", "1.37.0", OEV).await;
+    let _fresh = candidate_in(&client, &ns, "fresh", "gc", "1.37.0", "1.37.0", OEV).await;
     cfg.candidate_gc_after = Duration::from_secs(20);
     let (shutdown, task) = start_with_engine(client.clone(), builtin_engine(), cfg);
     let deadline = tokio::time::Instant::now() + controller_support::WAIT;
@@ -369,10 +353,10 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
 
     let mut keep = Vec::new();
     for (name, emulation) in [("a", "1.36.0"), ("b", "1.35.0")] {
-        keep.push(responder(&client, &ns, name, "builtin", "1.37.0", emulation, OEV).await);
+        keep.push(candidate_in(&client, &ns, name, "builtin", "1.37.0", emulation, OEV).await);
     }
     let third_party = "conclave.dev/priority";
-    keep.push(responder(&client, &ns, "t", "tp", "1.37.0", "1.37.0", third_party).await);
+    keep.push(candidate_in(&client, &ns, "t", "tp", "1.37.0", "1.37.0", third_party).await);
     // The candidates renew their Leases as real clients do, and step down when pre-empted.
     let _holder_a = CoordinatedHolder::start(leases.clone(), "builtin", "a");
     let holder_b = CoordinatedHolder::start(leases.clone(), "builtin", "b");
@@ -552,7 +536,7 @@ async fn elect_candidates(
         if i > 0 {
             tokio::time::sleep(Duration::from_millis(1100)).await;
         }
-        let candidate = responder(client, ns, name, lease, binary, emulation, OEV).await;
+        let candidate = candidate_in(client, ns, name, lease, binary, emulation, OEV).await;
         let holder = CoordinatedHolder::start(leases.clone(), lease, name);
         keep.push((candidate, holder));
     }

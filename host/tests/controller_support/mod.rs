@@ -48,12 +48,68 @@ pub async fn candidate(
     emulation: &str,
     strategy: &str,
 ) -> CandidateResponder {
+    candidate_in(client, NS, name, lease, binary, emulation, strategy).await
+}
+
+/// A live candidate (it answers pings) for `lease` in namespace `ns`.
+pub async fn candidate_in(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    lease: &str,
+    binary: &str,
+    emulation: &str,
+    strategy: &str,
+) -> CandidateResponder {
     CandidateResponder::register(
         client.clone(),
-        lease_candidate(NS, name, lease, binary, Some(emulation), strategy),
+        lease_candidate(ns, name, lease, binary, Some(emulation), strategy),
     )
     .await
     .expect("candidate registers")
+}
+
+/// Creates candidate `name` (version 1.31.0, OldestEmulationVersion) for `lease` in [`NS`] that
+/// last renewed a minute ago, so a controller must ping it before electing it, and waits until a
+/// controller has. Nothing answers the ping. `context` says more if the ping never comes.
+pub async fn stale_candidate_pinged(
+    candidates: &Api<LeaseCandidate>,
+    name: &str,
+    lease: &str,
+    context: impl Fn() -> String,
+) {
+    let mut stale = lease_candidate(
+        NS,
+        name,
+        lease,
+        "1.31.0",
+        Some("1.31.0"),
+        conclave_core::strategy::OLDEST_EMULATION_VERSION,
+    );
+    stale.spec.as_mut().expect("spec").renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60),
+        ));
+    candidates
+        .create(&PostParams::default(), &stale)
+        .await
+        .expect("create the stale candidate");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while candidates
+        .get(name)
+        .await
+        .expect("read the candidate")
+        .spec
+        .and_then(|spec| spec.ping_time)
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no controller pinged {name}: {}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Creates the Lease `name` with `spec` through `leases`, as a component or operator would
