@@ -1,7 +1,8 @@
 //! Warm caches of Leases and LeaseCandidates, fed by kube-rs reflectors, one pair per watched
 //! scope (the whole cluster, or each `--namespace`). Every watch event enqueues the Lease key it
 //! concerns; a relist (at start, or after a 410) enqueues its keys once the store holds the
-//! relisted objects.
+//! relisted objects. Candidates are indexed by their Lease, so a step reads its Lease's candidates
+//! without scanning every cached candidate.
 
 use super::queue::WorkQueue;
 use conclave_core::k8s::timestamp;
@@ -72,19 +73,100 @@ impl Relist {
     }
 }
 
+/// Which cached candidates belong to which Lease. The candidate watch task updates it after the
+/// store and before it enqueues the event's Lease key, so the step that key triggers finds the
+/// candidate; a step that runs in between reads one event late and is followed by that step.
+#[derive(Default)]
+struct CandidateIndex {
+    /// Lease key (`namespace/lease`) -> names of its candidates (in the same namespace).
+    by_lease: HashMap<String, HashSet<String>>,
+    /// Candidate `namespace/name` -> its Lease key.
+    lease_of: HashMap<String, String>,
+}
+
+impl CandidateIndex {
+    fn candidate_id(candidate: &LeaseCandidate) -> Option<(String, &str)> {
+        let namespace = candidate.metadata.namespace.as_deref()?;
+        let name = candidate.metadata.name.as_deref()?;
+        Some((format!("{namespace}/{name}"), name))
+    }
+
+    /// Records the candidate as it is now (its Lease may have changed).
+    fn apply(&mut self, candidate: &LeaseCandidate) {
+        self.remove(candidate);
+        let (Some((id, name)), Some(lease)) = (
+            Self::candidate_id(candidate),
+            candidate_lease_key(candidate),
+        ) else {
+            return;
+        };
+        self.by_lease
+            .entry(lease.clone())
+            .or_default()
+            .insert(name.to_owned());
+        self.lease_of.insert(id, lease);
+    }
+
+    /// Forgets the candidate.
+    fn remove(&mut self, candidate: &LeaseCandidate) {
+        let Some((id, name)) = Self::candidate_id(candidate) else {
+            return;
+        };
+        let Some(lease) = self.lease_of.remove(&id) else {
+            return;
+        };
+        if let Some(names) = self.by_lease.get_mut(&lease) {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_lease.remove(&lease);
+            }
+        }
+    }
+
+    /// Rebuilds the index from a whole store (after a relist).
+    fn rebuild(&mut self, candidates: &[Arc<LeaseCandidate>]) {
+        self.by_lease.clear();
+        self.lease_of.clear();
+        for candidate in candidates {
+            self.apply(candidate);
+        }
+    }
+
+    fn names(&self, lease_key: &str) -> Vec<String> {
+        self.by_lease
+            .get(lease_key)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 struct Scope {
     namespace: Option<String>,
     leases: Store<Lease>,
     candidates: Store<LeaseCandidate>,
+    index: Arc<Mutex<CandidateIndex>>,
 }
 
 /// Pings sent and not yet acked, to count acks: candidate `namespace/name` -> ping time (µs).
 pub type PendingPings = Arc<Mutex<HashMap<String, i64>>>;
 
+/// Leases this controller wrote whose watch event has not arrived yet: Lease key -> the Lease as
+/// the server returned it. Without it, a step that runs right after a write (another candidate
+/// of the same Lease appeared) reads the cache from before the write and writes again, only to be
+/// refused with a conflict. An entry lives until the next watch event of its Lease, or a relist,
+/// or a conflict: then the cache is no older than the write, or nobody knows, and the cache
+/// (with the resourceVersion precondition on every write) is the truth again.
+type OwnWrites = Arc<Mutex<HashMap<String, Arc<Lease>>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The caches of all watched scopes.
 #[derive(Clone)]
 pub struct Caches {
     scopes: Arc<Vec<Scope>>,
+    own_writes: OwnWrites,
 }
 
 impl Caches {
@@ -105,6 +187,7 @@ impl Caches {
             namespaces.iter().cloned().map(Some).collect()
         };
         let mut built = Vec::new();
+        let own_writes = OwnWrites::default();
         for namespace in scopes {
             let (lease_api, candidate_api): (Api<Lease>, Api<LeaseCandidate>) = match &namespace {
                 Some(ns) => (
@@ -117,6 +200,7 @@ impl Caches {
             let (candidates, candidate_writer) = reflector::store();
             let q = queue.clone();
             let lease_reader = leases.clone();
+            let task_own_writes = own_writes.clone();
             let lease_stream =
                 reflector::reflector(lease_writer, watcher(lease_api, watcher::Config::default()))
                     .default_backoff();
@@ -127,6 +211,7 @@ impl Caches {
                     match event {
                         Ok(watcher::Event::Apply(lease) | watcher::Event::Delete(lease)) => {
                             if let Some(key) = lease_key(&lease) {
+                                lock(&task_own_writes).remove(&key);
                                 q.add(key);
                             }
                         }
@@ -134,7 +219,10 @@ impl Caches {
                             relist.start(lease_reader.state().iter().map(|l| lease_key(l)));
                         }
                         Ok(watcher::Event::InitApply(lease)) => relist.add(lease_key(&lease)),
-                        Ok(watcher::Event::InitDone) => relist.finish(&q),
+                        Ok(watcher::Event::InitDone) => {
+                            lock(&task_own_writes).clear();
+                            relist.finish(&q);
+                        }
                         Err(error) => tracing::warn!(%error, "watching Leases"),
                     }
                 }
@@ -143,6 +231,8 @@ impl Caches {
             let pings = pings.clone();
             let on_ack = on_ack.clone();
             let candidate_reader = candidates.clone();
+            let index = Arc::new(Mutex::new(CandidateIndex::default()));
+            let task_index = index.clone();
             let candidate_stream = reflector::reflector(
                 candidate_writer,
                 watcher(candidate_api, watcher::Config::default()),
@@ -153,7 +243,14 @@ impl Caches {
                 let mut relist = Relist::default();
                 while let Some(event) = candidate_stream.next().await {
                     let (candidate, relisted) = match event {
-                        Ok(watcher::Event::Apply(c) | watcher::Event::Delete(c)) => (c, false),
+                        Ok(watcher::Event::Apply(c)) => {
+                            lock(&task_index).apply(&c);
+                            (c, false)
+                        }
+                        Ok(watcher::Event::Delete(c)) => {
+                            lock(&task_index).remove(&c);
+                            (c, false)
+                        }
                         Ok(watcher::Event::InitApply(c)) => (c, true),
                         Ok(watcher::Event::Init) => {
                             relist.start(
@@ -165,6 +262,7 @@ impl Caches {
                             continue;
                         }
                         Ok(watcher::Event::InitDone) => {
+                            lock(&task_index).rebuild(&candidate_reader.state());
                             relist.finish(&q);
                             continue;
                         }
@@ -189,10 +287,12 @@ impl Caches {
                 namespace,
                 leases,
                 candidates,
+                index,
             });
         }
         Self {
             scopes: Arc::new(built),
+            own_writes,
         }
     }
 
@@ -211,12 +311,28 @@ impl Caches {
             .find(|s| s.namespace.as_deref().is_none_or(|ns| ns == namespace))
     }
 
-    /// The cached Lease `namespace/name`.
+    /// The Lease `namespace/name` as last seen: this controller's own write if its watch event
+    /// has not arrived yet, else the cached one.
     #[must_use]
     pub fn lease(&self, namespace: &str, name: &str) -> Option<Arc<Lease>> {
+        if let Some(written) = lock(&self.own_writes).get(&format!("{namespace}/{name}")) {
+            return Some(written.clone());
+        }
         self.scope(namespace)?
             .leases
             .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Records a Lease as this controller wrote it, for [`Caches::lease`] until its watch event.
+    pub fn remember_write(&self, lease: &Lease) {
+        if let Some(key) = lease_key(lease) {
+            lock(&self.own_writes).insert(key, Arc::new(lease.clone()));
+        }
+    }
+
+    /// Forgets the controller's own write of a Lease (a write based on it was refused).
+    pub fn forget_write(&self, namespace: &str, name: &str) {
+        lock(&self.own_writes).remove(&format!("{namespace}/{name}"));
     }
 
     /// The cached candidate `namespace/name`.
@@ -230,14 +346,19 @@ impl Caches {
     /// The cached candidates of Lease `namespace/lease`.
     #[must_use]
     pub fn candidates_for(&self, namespace: &str, lease: &str) -> Vec<Arc<LeaseCandidate>> {
-        self.scope(namespace)
-            .map(|scope| {
-                scope.candidates.state_filter(|c| {
-                    c.metadata.namespace.as_deref() == Some(namespace)
-                        && c.spec.as_ref().is_some_and(|s| s.lease_name == lease)
-                })
+        let Some(scope) = self.scope(namespace) else {
+            return Vec::new();
+        };
+        let names = lock(&scope.index).names(&format!("{namespace}/{lease}"));
+        names
+            .iter()
+            .filter_map(|name| {
+                scope
+                    .candidates
+                    .get(&ObjectRef::new(name).within(namespace))
             })
-            .unwrap_or_default()
+            .filter(|c| c.spec.as_ref().is_some_and(|s| s.lease_name == lease))
+            .collect()
     }
 
     /// Every cached candidate.
@@ -268,11 +389,69 @@ fn count_ack(candidate: &LeaseCandidate, pings: &PendingPings, on_ack: &impl Fn(
     };
     let renew = timestamp(renew.0).as_micros();
     let key = format!("{ns}/{name}");
-    let mut pending = pings
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut pending = lock(pings);
     if pending.get(&key).is_some_and(|&ping| renew >= ping) {
         pending.remove(&key);
         on_ack();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
+    use kube::api::ObjectMeta;
+
+    fn candidate(namespace: &str, name: &str, lease: &str) -> Arc<LeaseCandidate> {
+        Arc::new(LeaseCandidate {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseCandidateSpec {
+                lease_name: lease.into(),
+                ..LeaseCandidateSpec::default()
+            }),
+        })
+    }
+
+    fn names(index: &CandidateIndex, key: &str) -> Vec<String> {
+        let mut names = index.names(key);
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn index_follows_applies_moves_and_deletes() {
+        let mut index = CandidateIndex::default();
+        index.apply(&candidate("a", "c1", "l"));
+        index.apply(&candidate("a", "c2", "l"));
+        index.apply(&candidate("b", "c1", "l"));
+        assert_eq!(names(&index, "a/l"), ["c1", "c2"]);
+        assert_eq!(names(&index, "b/l"), ["c1"], "namespaces are kept apart");
+
+        index.apply(&candidate("a", "c2", "other"));
+        assert_eq!(names(&index, "a/l"), ["c1"], "a candidate that moved leaves");
+        assert_eq!(names(&index, "a/other"), ["c2"]);
+
+        index.remove(&candidate("a", "c1", "l"));
+        assert!(names(&index, "a/l").is_empty());
+        assert!(!index.by_lease.contains_key("a/l"), "empty entries are dropped");
+        index.remove(&candidate("a", "unknown", "l"));
+        assert_eq!(names(&index, "b/l"), ["c1"]);
+    }
+
+    #[test]
+    fn index_ignores_candidates_without_a_lease_and_rebuilds_from_a_store() {
+        let mut index = CandidateIndex::default();
+        index.apply(&candidate("a", "c1", ""));
+        assert!(index.by_lease.is_empty() && index.lease_of.is_empty());
+
+        index.apply(&candidate("a", "gone", "l"));
+        index.rebuild(&[candidate("a", "c1", "l"), candidate("a", "c3", "m")]);
+        assert_eq!(names(&index, "a/l"), ["c1"], "the relisted store replaces the index");
+        assert_eq!(names(&index, "a/m"), ["c3"]);
+        assert_eq!(index.lease_of.len(), 2);
     }
 }

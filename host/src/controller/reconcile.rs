@@ -59,6 +59,7 @@ async fn reconcile_key(ctx: &Arc<Context>, key: &str) -> (Next, Progress) {
             Ok(stepped) => return stepped,
             Err(StepError::Conflict) => {
                 tracing::debug!("Lease changed under the write; re-reading it");
+                ctx.caches.forget_write(namespace, name);
                 match writer::read_lease(ctx, namespace, name).await {
                     Ok(fresh) => lease_obj = fresh.map(Arc::new),
                     Err(error) => {
@@ -264,6 +265,7 @@ async fn write_lease(
     match writer::write_lease(ctx, lease_obj, &write.desired).await {
         Ok(written) => {
             let written_at = Instant::now();
+            ctx.caches.remember_write(&written);
             ctx.metrics.election(strategy, kind.label());
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
