@@ -6,7 +6,7 @@ use super::limits::Limits;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 
@@ -22,11 +22,38 @@ const WASMTIME_VERSION: &str = env!("CONCLAVE_WASMTIME_VERSION");
 /// The only host interface a plugin may import (any 0.1.x version).
 const LOG_INTERFACE_PREFIX: &str = "conclave:strategy/log@0.1.";
 
+/// The thread that advances the engine's epoch, every [`EPOCH_TICK`] while any plugin code runs
+/// and not at all otherwise: an idle controller should not wake a thousand times a second.
+pub(super) struct Ticker {
+    running: AtomicUsize,
+    stop: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Ticker {
+    /// Keeps the epoch advancing until the guard is dropped; hold it while plugin code runs.
+    pub(super) fn tick(self: &Arc<Self>) -> Ticking {
+        if self.running.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.thread.unpark();
+        }
+        Ticking(Arc::clone(self))
+    }
+}
+
+/// Plugin code is running: the epoch advances (see [`Ticker::tick`]).
+pub(super) struct Ticking(Arc<Ticker>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A wasmtime engine set up for strategy plugins: pooling allocator sized by [`Limits`]'s
-/// ceilings, epoch interruption driven by a background ticker thread.
+/// ceilings, epoch interruption driven by a [`Ticker`].
 pub(super) struct Runtime {
     pub(super) engine: wasmtime::Engine,
-    ticker_stop: Arc<AtomicBool>,
+    pub(super) ticker: Arc<Ticker>,
 }
 
 impl Runtime {
@@ -52,13 +79,20 @@ impl Runtime {
             plugin: "(engine)".into(),
             reason: format!("cannot create the wasmtime engine: {error:#}"),
         })?;
-        let ticker_stop = Arc::new(AtomicBool::new(false));
         let ticker_engine = engine.clone();
-        let stop = Arc::clone(&ticker_stop);
-        std::thread::Builder::new()
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<Arc<Ticker>>();
+        let thread = std::thread::Builder::new()
             .name("conclave-epoch".into())
             .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                let Ok(ticker) = started_rx.recv() else {
+                    return;
+                };
+                // A park wakes at once if `tick` unparked in between, so no start is missed.
+                while !ticker.stop.load(Ordering::SeqCst) {
+                    if ticker.running.load(Ordering::SeqCst) == 0 {
+                        std::thread::park();
+                        continue;
+                    }
                     std::thread::sleep(EPOCH_TICK);
                     ticker_engine.increment_epoch();
                 }
@@ -67,10 +101,14 @@ impl Runtime {
                 plugin: "(engine)".into(),
                 reason: format!("cannot start the epoch ticker thread: {error}"),
             })?;
-        Ok(Self {
-            engine,
-            ticker_stop,
-        })
+        let ticker = Arc::new(Ticker {
+            running: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            thread: thread.thread().clone(),
+        });
+        // The thread only exits early if this send fails, i.e. never: it holds the receiver.
+        let _ = started_tx.send(Arc::clone(&ticker));
+        Ok(Self { engine, ticker })
     }
 
     /// Compiles `bytes`, or loads the compiled code from `cache_dir` if an earlier run cached it.
@@ -135,7 +173,8 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        self.ticker.stop.store(true, Ordering::SeqCst);
+        self.ticker.thread.unpark();
     }
 }
 

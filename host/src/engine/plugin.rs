@@ -2,7 +2,7 @@
 
 use super::EngineError;
 use super::bindings;
-use super::compile::{LoadStats, Runtime};
+use super::compile::{LoadStats, Runtime, Ticker, Ticking};
 use super::convert;
 use super::limits::{CallLimiter, Limits};
 use conclave_core::request::ElectionRequest;
@@ -69,11 +69,13 @@ pub struct PluginInfo {
 /// A plugin linked once (wasmtime's `InstancePre`), ready to be instantiated per call.
 pub(super) struct StrategyPre {
     pre: bindings::StrategyPre<CallState>,
+    ticker: Arc<Ticker>,
 }
 
 impl StrategyPre {
     /// Links `component` against the host interface (and WASI, if the linker has it).
     pub(super) fn new(
+        runtime: &Runtime,
         linker: &Linker<CallState>,
         plugin: &str,
         component: &wasmtime::component::Component,
@@ -91,7 +93,10 @@ impl StrategyPre {
                 e,
             )
         })?;
-        Ok(Self { pre })
+        Ok(Self {
+            pre,
+            ticker: Arc::clone(&runtime.ticker),
+        })
     }
 }
 
@@ -230,6 +235,7 @@ fn new_store(
         logs_left: MAX_LOG_MESSAGES,
         now,
         wasi: None,
+        _ticking: pre.ticker.tick(),
     };
     let mut store = Store::new(pre.pre.engine(), state);
     store.limiter(|state| &mut state.limiter);
@@ -285,6 +291,8 @@ pub(super) struct CallState {
     now: Timestamp,
     /// Built on first use, only for plugins that import WASI.
     wasi: Option<DenyAllWasi>,
+    /// Keeps the epoch (the CPU-time check) advancing while this store exists.
+    _ticking: Ticking,
 }
 
 impl CallState {

@@ -231,7 +231,7 @@ impl Loader<'_> {
             &component,
             self.config.allow_wasi,
         )?;
-        let pre = StrategyPre::new(self.linker, &label, &component)?;
+        let pre = StrategyPre::new(self.runtime, self.linker, &label, &component)?;
         let info = PluginInfo {
             source,
             strategies: Vec::new(),
