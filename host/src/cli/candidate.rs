@@ -77,17 +77,8 @@ pub struct CandidateArgs {
 
 /// Runs the candidate until SIGTERM or Ctrl-C, then leaves the election gracefully.
 pub fn run(args: CandidateArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the Tokio runtime")?;
+    super::init_logging("info", super::LogFormat::Text);
+    let runtime = super::runtime()?;
     runtime.block_on(serve(args))
 }
 

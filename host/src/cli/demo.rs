@@ -131,17 +131,8 @@ impl DemoReport {
 
 /// Runs `conclave demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .try_init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the Tokio runtime")?;
+    super::init_logging("error", super::LogFormat::Text);
+    let runtime = super::runtime()?;
     let report = runtime.block_on(async {
         let interrupted = CancellationToken::new();
         let signal = interrupted.clone();

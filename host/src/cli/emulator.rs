@@ -31,17 +31,8 @@ pub struct EmulatorArgs {
 
 /// Runs the emulator until Ctrl-C (or SIGTERM), then shuts it down cleanly.
 pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
-    // A second subscriber (if main already installed one) is not an error worth failing for.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the Tokio runtime")?;
+    super::init_logging("info", super::LogFormat::Text);
+    let runtime = super::runtime()?;
     runtime.block_on(serve(args))
 }
 

@@ -1,5 +1,6 @@
 //! `conclave run`: the coordinated leader election controller.
 
+use super::LogFormat;
 use crate::controller::{self, ControllerConfig};
 use crate::engine::{Engine, EngineConfig, Limits, default_cache_dir};
 use anyhow::Context as _;
@@ -30,15 +31,6 @@ impl From<ModeArg> for Mode {
             ModeArg::ThirdParty => Self::ThirdParty,
         }
     }
-}
-
-/// Log output format (`--log-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 /// Parses `500ms`, `5s`, `30m`, `1h` or a bare number of seconds.
@@ -138,24 +130,10 @@ pub struct RunArgs {
     pub leader_retry_period: Duration,
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // A second subscriber (if one is installed already) is not worth failing for.
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-}
-
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the Tokio runtime")?;
+    super::init_logging("info", args.log_format);
+    let runtime = super::runtime()?;
     runtime.block_on(serve(args))
 }
 async fn serve(args: RunArgs) -> anyhow::Result<()> {

@@ -542,17 +542,8 @@ fn wall_now() -> Timestamp {
 
 /// Runs `conclave status`.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .try_init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the Tokio runtime")?;
+    super::init_logging("warn", super::LogFormat::Text);
+    let runtime = super::runtime()?;
     runtime.block_on(status(args))
 }
 

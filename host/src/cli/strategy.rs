@@ -104,13 +104,7 @@ impl EngineArgs {
 
 /// Runs `conclave strategy ...`; the exit code is non-zero when a test case failed.
 pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .try_init();
+    super::init_logging("warn", super::LogFormat::Text);
     match args.command {
         StrategyCommand::New(args) => super::scaffold::run(&args).map(|()| ExitCode::SUCCESS),
         StrategyCommand::Test {

@@ -159,7 +159,9 @@ pub type PendingPings = Arc<Mutex<HashMap<String, i64>>>;
 type OwnWrites = Arc<Mutex<HashMap<String, Arc<Lease>>>>;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The caches of all watched scopes.
@@ -432,12 +434,19 @@ mod tests {
         assert_eq!(names(&index, "b/l"), ["c1"], "namespaces are kept apart");
 
         index.apply(&candidate("a", "c2", "other"));
-        assert_eq!(names(&index, "a/l"), ["c1"], "a candidate that moved leaves");
+        assert_eq!(
+            names(&index, "a/l"),
+            ["c1"],
+            "a candidate that moved leaves"
+        );
         assert_eq!(names(&index, "a/other"), ["c2"]);
 
         index.remove(&candidate("a", "c1", "l"));
         assert!(names(&index, "a/l").is_empty());
-        assert!(!index.by_lease.contains_key("a/l"), "empty entries are dropped");
+        assert!(
+            !index.by_lease.contains_key("a/l"),
+            "empty entries are dropped"
+        );
         index.remove(&candidate("a", "unknown", "l"));
         assert_eq!(names(&index, "b/l"), ["c1"]);
     }
@@ -450,7 +459,11 @@ mod tests {
 
         index.apply(&candidate("a", "gone", "l"));
         index.rebuild(&[candidate("a", "c1", "l"), candidate("a", "c3", "m")]);
-        assert_eq!(names(&index, "a/l"), ["c1"], "the relisted store replaces the index");
+        assert_eq!(
+            names(&index, "a/l"),
+            ["c1"],
+            "the relisted store replaces the index"
+        );
         assert_eq!(names(&index, "a/m"), ["c3"]);
         assert_eq!(index.lease_of.len(), 2);
     }
