@@ -43,10 +43,11 @@ pub async fn emulator_with(config: EmulatorConfig) -> RunningEmulator {
     Emulator::start(config).await.expect("emulator starts")
 }
 
-/// A fresh client (own connection pool) for a plain-HTTP server URL.
+/// A fresh client (own connection pool) for a plain-HTTP server URL, built as components are
+/// advised to build theirs ([`conclave_candidate::client`]).
 pub fn client(emulator: &RunningEmulator) -> Client {
     let config = kube::Config::new(emulator.url().parse().expect("valid URL"));
-    Client::try_from(config).expect("client builds")
+    conclave_candidate::client(config).expect("client builds")
 }
 
 /// Timers short enough for tests and long enough for a busy 2-core machine.

@@ -205,7 +205,7 @@ pub async fn run_demo(
             let emulator = Emulator::start(EmulatorConfig::default())
                 .await
                 .context("starting the embedded API server")?;
-            let client = Client::try_from(kube::Config::new(
+            let client = conclave_candidate::client(kube::Config::new(
                 emulator.url().parse().context("the emulator's URL")?,
             ))
             .context("building a client for the emulator")?;

@@ -46,8 +46,9 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the Tokio runtime")
 }
 
-/// Builds a Kubernetes client from `kubeconfig`, or, when `None`, from the usual places: the
-/// in-cluster config, `$KUBECONFIG`, then `~/.kube/config`.
+/// Builds a Kubernetes client (with `TCP_NODELAY`, see [`conclave_candidate::client`]) from
+/// `kubeconfig`, or, when `None`, from the usual places: the in-cluster config, `$KUBECONFIG`,
+/// then `~/.kube/config`.
 pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
@@ -61,5 +62,5 @@ pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kub
             .await
             .context("finding a cluster (in-cluster config, $KUBECONFIG or ~/.kube/config)")?,
     };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    conclave_candidate::client(config).context("building the Kubernetes client")
 }

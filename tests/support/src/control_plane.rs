@@ -286,7 +286,7 @@ impl ControlPlane {
 
     /// A new admin client on the caller's tokio runtime.
     pub async fn client(&self) -> Result<Client, Error> {
-        Ok(Client::try_from(self.config().await?)?)
+        Ok(conclave_candidate::client(self.config().await?)?)
     }
 
     /// A client acting as user `name` in `groups` (plus `system:authenticated`), for RBAC tests.
@@ -297,7 +297,7 @@ impl ControlPlane {
         let mut config = self.config().await?;
         config.auth_info.impersonate = Some(name.to_owned());
         config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
-        Ok(Client::try_from(config)?)
+        Ok(conclave_candidate::client(config)?)
     }
 
     /// Writes a kubeconfig that authenticates as `user` (optionally in `group`) with its own
