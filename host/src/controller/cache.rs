@@ -4,6 +4,7 @@
 //! relisted objects. Candidates are indexed by their Lease, so a step reads its Lease's candidates
 //! without scanning every cached candidate.
 
+use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
 use conclave_core::k8s::timestamp;
 use futures::StreamExt;
@@ -150,14 +151,6 @@ struct Scope {
 /// Pings sent and not yet acked, to count acks: candidate `namespace/name` -> ping time (µs).
 pub type PendingPings = Arc<Mutex<HashMap<String, i64>>>;
 
-/// Leases this controller wrote whose watch event has not arrived yet: Lease key -> the Lease as
-/// the server returned it. Without it, a step that runs right after a write (another candidate
-/// of the same Lease appeared) reads the cache from before the write and writes again, only to be
-/// refused with a conflict. An entry lives until the next watch event of its Lease, or a relist,
-/// or a conflict: then the cache is no older than the write, or nobody knows, and the cache
-/// (with the resourceVersion precondition on every write) is the truth again.
-type OwnWrites = Arc<Mutex<HashMap<String, Arc<Lease>>>>;
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -168,7 +161,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Clone)]
 pub struct Caches {
     scopes: Arc<Vec<Scope>>,
-    own_writes: OwnWrites,
+    own_writes: Arc<OwnWrites>,
 }
 
 impl Caches {
@@ -189,7 +182,7 @@ impl Caches {
             namespaces.iter().cloned().map(Some).collect()
         };
         let mut built = Vec::new();
-        let own_writes = OwnWrites::default();
+        let own_writes = Arc::new(OwnWrites::default());
         for namespace in scopes {
             let (lease_api, candidate_api): (Api<Lease>, Api<LeaseCandidate>) = match &namespace {
                 Some(ns) => (
@@ -213,7 +206,7 @@ impl Caches {
                     match event {
                         Ok(watcher::Event::Apply(lease) | watcher::Event::Delete(lease)) => {
                             if let Some(key) = lease_key(&lease) {
-                                lock(&task_own_writes).remove(&key);
+                                task_own_writes.observed(&key);
                                 q.add(key);
                             }
                         }
@@ -222,7 +215,7 @@ impl Caches {
                         }
                         Ok(watcher::Event::InitApply(lease)) => relist.add(lease_key(&lease)),
                         Ok(watcher::Event::InitDone) => {
-                            lock(&task_own_writes).clear();
+                            task_own_writes.relisted();
                             relist.finish(&q);
                         }
                         Err(error) => tracing::warn!(%error, "watching Leases"),
@@ -314,27 +307,26 @@ impl Caches {
     }
 
     /// The Lease `namespace/name` as last seen: this controller's own write if its watch event
-    /// has not arrived yet, else the cached one.
+    /// has not arrived yet (see [`super::own_writes`]), else the cached one.
     #[must_use]
     pub fn lease(&self, namespace: &str, name: &str) -> Option<Arc<Lease>> {
-        if let Some(written) = lock(&self.own_writes).get(&format!("{namespace}/{name}")) {
-            return Some(written.clone());
+        if let Some(written) = self.own_writes.get(&format!("{namespace}/{name}")) {
+            return Some(written);
         }
         self.scope(namespace)?
             .leases
             .get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// Records a Lease as this controller wrote it, for [`Caches::lease`] until its watch event.
-    pub fn remember_write(&self, lease: &Lease) {
-        if let Some(key) = lease_key(lease) {
-            lock(&self.own_writes).insert(key, Arc::new(lease.clone()));
-        }
+    /// A write of Lease `namespace/name` is about to be sent; on success, pass the Lease the
+    /// server returned to [`WriteTicket::succeeded`], so [`Caches::lease`] reads it back.
+    pub fn begin_write(&self, namespace: &str, name: &str) -> WriteTicket {
+        self.own_writes.begin(format!("{namespace}/{name}"))
     }
 
     /// Forgets the controller's own write of a Lease (a write based on it was refused).
     pub fn forget_write(&self, namespace: &str, name: &str) {
-        lock(&self.own_writes).remove(&format!("{namespace}/{name}"));
+        self.own_writes.forget(&format!("{namespace}/{name}"));
     }
 
     /// The cached candidate `namespace/name`.

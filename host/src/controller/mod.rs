@@ -20,6 +20,7 @@ pub mod decide;
 mod http;
 mod latency;
 pub mod metrics;
+pub mod own_writes;
 pub mod queue;
 pub mod reconcile;
 pub mod writer;

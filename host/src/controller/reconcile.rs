@@ -262,10 +262,11 @@ async fn write_lease(
         election.request().lease.name.as_str(),
     );
     let kind = write.kind;
+    let ticket = ctx.caches.begin_write(namespace, name);
     match writer::write_lease(ctx, lease_obj, &write.desired).await {
         Ok(written) => {
             let written_at = Instant::now();
-            ctx.caches.remember_write(&written);
+            ticket.succeeded(&written);
             ctx.metrics.election(strategy, kind.label());
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
