@@ -8,7 +8,8 @@
 //! `conclave candidate` prints: `{"event":"leading","at":RFC3339}`, `stopped-leading`,
 //! `released`, and `following` when it first sees another holder (or after losing the Lease).
 //! On SIGTERM (or SIGINT) it steps down through `LeaseLock::step_down()` when leading, prints
-//! `released` and exits 0. SIGKILL is a crash: nothing is released.
+//! `released` and exits 0. SIGKILL is a crash: nothing is released. When the process that started
+//! it (the bench) is gone, it exits at once, so a killed bench leaves no peer behind.
 
 #![forbid(unsafe_code)]
 
@@ -47,9 +48,24 @@ struct Args {
     retry_period_ms: u64,
 }
 
+/// Exits (status 0, nothing released, like a crash) when this process is reparented, i.e. the
+/// bench that started it died without stopping it.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(0);
+            }
+        }
+    });
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    exit_with_parent();
     // Installed first, so a stop request that arrives while connecting still stops cleanly.
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
