@@ -11,6 +11,9 @@
 //! own workspace, built here with `cargo build --locked` into `target/peers`): the graceful stop
 //! is SIGTERM (the peer calls `step_down()`), the crash is SIGKILL, and each event is timed when
 //! its JSON line arrives through the peer's stdout pipe, so those rows include one pipe hop.
+//! The in-process libraries share one kind of client, [`conclave_candidate::client`] (kube's
+//! client with `TCP_NODELAY`); `kle-peer` uses kube 4's default client, as its documentation
+//! shows.
 //!
 //! Scenarios:
 //! - coordinated graceful: the (simulated) election controller writes `preferredHolder`; the
@@ -76,7 +79,8 @@ impl Server {
     async fn client(&self) -> Client {
         match self {
             Self::Emulator { emulator, .. } => {
-                Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap()
+                conclave_candidate::client(kube::Config::new(emulator.url().parse().unwrap()))
+                    .unwrap()
             }
             Self::Real { plane, .. } => plane.client().await.unwrap(),
         }
