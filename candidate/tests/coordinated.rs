@@ -585,8 +585,12 @@ async fn dropping_the_run_future_ends_the_term_and_leaves_the_election() {
         s == LeaderState::Leading { term: 1 }
     })
     .await;
-    // Held here, by the lead closure, and by the term's task.
-    assert_eq!(Arc::strong_count(&held), 3, "the term's task runs");
+    // Held here, by the lead closure, and by the term's task (the state may be published just
+    // before the term's closure runs).
+    wait_for("the term's task runs", || async {
+        (Arc::strong_count(&held) == 3).then_some(())
+    })
+    .await;
 
     a.task.abort();
     wait_for("the term's task ended", || async {

@@ -125,6 +125,7 @@ fn normalize(v: &mut Value) {
                     *x = json!("<volatile>");
                 }
             }
+            sort_causes(map);
             // Decoding errors quote Go's JSON decoder after the common prefix; keep the prefix.
             if let Some(Value::String(message)) = map.get_mut("message") {
                 *message = mask_uuids(message);
@@ -153,6 +154,38 @@ fn normalize(v: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(normalize),
         _ => {}
+    }
+}
+
+/// kube-apiserver validates map entries (labels, annotations) in Go's random map order, so a
+/// Status's causes, and the list of them in its message, are compared in a canonical order.
+fn sort_causes(map: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Array(causes)) = map.get_mut("details").and_then(|d| d.get_mut("causes"))
+    else {
+        return;
+    };
+    causes.sort_by_key(ToString::to_string);
+    let mut listed: Vec<String> = causes
+        .iter()
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["field"].as_str().unwrap_or_default(),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    listed.sort();
+    let canonical = listed.join(", ");
+    if let Some(Value::String(message)) = map.get_mut("message")
+        && let Some(open) = message.find(": [")
+        && message.ends_with(']')
+    {
+        let list = &message[open + 3..message.len() - 1];
+        // Only a permutation of the causes is reordered; any other difference stays visible.
+        if list.len() == canonical.len() && listed.iter().all(|part| list.contains(part.as_str())) {
+            *message = format!("{}[{canonical}]", &message[..open + 2]);
+        }
     }
 }
 
