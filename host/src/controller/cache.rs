@@ -4,6 +4,7 @@
 //! relisted objects. Candidates are indexed by their Lease, so a step reads its Lease's candidates
 //! without scanning every cached candidate.
 
+use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
 use conclave_core::k8s::timestamp;
@@ -150,12 +151,6 @@ struct Scope {
 
 /// Pings sent and not yet acked, to count acks: candidate `namespace/name` -> ping time (µs).
 pub type PendingPings = Arc<Mutex<HashMap<String, i64>>>;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// The caches of all watched scopes.
 #[derive(Clone)]

@@ -41,10 +41,7 @@ impl ElectionStarts {
         triggered_at: Instant,
         progress: &Progress,
     ) -> Option<Duration> {
-        let mut starts = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut starts = super::lock(&self.0);
         match progress {
             Progress::Written { at, .. } => {
                 let started = starts.remove(key).unwrap_or(triggered_at);
@@ -63,10 +60,7 @@ impl ElectionStarts {
 
     /// Forgets every start (a new term: elections of an earlier term are not this one's).
     pub fn reset(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        super::lock(&self.0).clear();
     }
 }
 

@@ -143,6 +143,8 @@ pub struct Context {
     writes_in_flight: tokio::sync::RwLock<()>,
 }
 
+/// Locks `m`, also after a panic elsewhere held it: every value guarded in the controller stays
+/// consistent between statements, so a poisoned lock holds nothing half-written.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

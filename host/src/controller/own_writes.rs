@@ -10,9 +10,10 @@
 //! A write whose response arrives after a watch event of its Lease is not kept: that event may be
 //! the write itself or a newer change, and the cache is then at least as new as the write.
 
+use super::lock;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 #[derive(Default)]
 struct State {
@@ -39,7 +40,7 @@ pub struct WriteTicket {
 
 impl OwnWrites {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A write of Lease `key` (`namespace/name`) is about to be sent.
@@ -86,8 +87,8 @@ impl WriteTicket {
     /// the Lease arrived while the write was in flight.
     pub fn succeeded(self, written: &Lease) {
         let mut state = self.owner.lock();
+        // The in-flight entry goes when the ticket is dropped, right after.
         if state.in_flight.get(&self.key) == Some(&self.id) {
-            state.in_flight.remove(&self.key);
             state
                 .written
                 .insert(self.key.clone(), Arc::new(written.clone()));

@@ -69,9 +69,7 @@ pub struct Item {
 
 impl WorkQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::lock(&self.state)
     }
 
     /// Adds `key` for immediate processing.
