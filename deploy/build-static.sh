@@ -26,7 +26,7 @@ if ! command -v musl-gcc >/dev/null; then
   echo "build-static.sh: musl-gcc not found (Debian: apt-get install musl-tools)" >&2
   exit 1
 fi
-# host/build.rs compiles the built-in strategy plugins to wasm32-wasip2 and embeds them.
+# host/engine/build.rs compiles the built-in strategy plugins to wasm32-wasip2 and embeds them.
 rustup target add "$target" wasm32-wasip2 >/dev/null
 cc_var="CC_${target//-/_}"
 export "$cc_var"="${!cc_var:-musl-gcc}"

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod request;
 pub mod step;
 pub mod strategy;
+pub mod text;
 pub mod time;
 pub mod validation;
 pub mod version;

@@ -716,9 +716,9 @@ async fn controller_elects_with_only_the_chart_rbac() {
     // A labelled family without samples yet (e.g. plugin errors) is not printed at all, so such
     // a name must at least be registered by the controller's metrics module.
     let registered = std::fs::read_to_string(
-        conclave_deploy_tests::repo_root().join("host/src/controller/metrics.rs"),
+        conclave_deploy_tests::repo_root().join("host/controller/src/metrics.rs"),
     )
-    .expect("reading host/src/controller/metrics.rs");
+    .expect("reading host/controller/src/metrics.rs");
     for family in conclave_deploy_tests::dashboard_metric_families(&dashboard) {
         let exported = metrics.contains(&format!("# TYPE {family} "));
         let short = family.trim_start_matches("conclave_");

@@ -31,6 +31,8 @@ mod pki;
 mod process;
 mod stall;
 
+pub mod wasm_build;
+
 pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
 pub use candidate::{CandidateResponder, lease_candidate};
 pub use components::{ComponentKind, KubeComponent};

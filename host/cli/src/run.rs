@@ -1,0 +1,196 @@
+//! `conclave run`: the coordinated leader election controller.
+
+use super::LogFormat;
+use anyhow::Context as _;
+use conclave_controller::{self as controller, ControllerConfig};
+use conclave_core::plan::Mode;
+use conclave_engine::{Engine, EngineConfig, Limits, default_cache_dir};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Which Leases to handle (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Every Lease, but leave `OldestEmulationVersion` to kube-apiserver's built-in controller
+    /// while it is active.
+    Auto,
+    /// Every Lease.
+    All,
+    /// Only Leases whose strategy has a domain prefix (`example.com/...`).
+    ThirdParty,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Auto => Self::Auto,
+            ModeArg::All => Self::All,
+            ModeArg::ThirdParty => Self::ThirdParty,
+        }
+    }
+}
+
+/// Parses `500ms`, `5s`, `30m`, `1h` or a bare number of seconds.
+fn parse_duration(input: &str) -> Result<Duration, String> {
+    let input = input.trim();
+    let split = input
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(input.len());
+    let (number, unit) = input.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{input:?} is not a duration (try 500ms, 5s, 30m, 1h)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {input:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{input:?}: {e}"))
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "conclave".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{host}_{}_{nanos:08x}", std::process::id())
+}
+
+/// Arguments of `conclave run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Kubeconfig to use; default: in-cluster config, then $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, env = "CONCLAVE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace (repeatable); default: the whole cluster.
+    #[arg(long = "namespace", env = "CONCLAVE_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Leases reconciled in parallel.
+    #[arg(long, env = "CONCLAVE_WORKERS", default_value_t = 4)]
+    pub workers: usize,
+    /// A candidate is fresh if it renewed within this window; pings wait this long for an ack.
+    #[arg(long, env = "CONCLAVE_ACK_WINDOW", default_value = "5s", value_parser = parse_duration)]
+    pub ack_window: Duration,
+    /// Delete candidates not renewed for this long.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_GC_AFTER", default_value = "30m", value_parser = parse_duration)]
+    pub candidate_gc_after: Duration,
+    /// Which Leases to handle.
+    #[arg(long, env = "CONCLAVE_MODE", value_enum, default_value_t = ModeArg::Auto)]
+    pub mode: ModeArg,
+    /// Directory of extra strategy plugins (NAME.wasm plus optional NAME.json).
+    #[arg(long, env = "CONCLAVE_PLUGINS")]
+    pub plugins: Option<PathBuf>,
+    /// Cache compiled plugins in this directory (keyed by content digest and wasmtime version), so a
+    /// restart loads them without recompiling; default: `$XDG_CACHE_HOME/conclave/wasm`, else
+    /// `~/.cache/conclave/wasm`. A cache that cannot be written only costs the recompile.
+    #[arg(long, env = "CONCLAVE_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// Accept plugins that import WASI (given a deny-all context).
+    #[arg(long, env = "CONCLAVE_ALLOW_WASI")]
+    pub allow_wasi: bool,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "CONCLAVE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "CONCLAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Namespace of the controller's own Lease `conclave-controller`.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "conclave-system")]
+    pub controller_namespace: String,
+    /// This replica's identity; default: hostname, process id and a nonce.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// `leaseDurationSeconds` written into Leases Conclave assigns (upstream: 5). It only bounds
+    /// how long a newly elected holder has to start renewing (its renewals write its own duration),
+    /// and how long a pre-empted holder that never steps down keeps the Lease.
+    #[arg(long, env = "CONCLAVE_LEASE_DURATION_SECONDS", default_value_t = 5)]
+    pub lease_duration_seconds: i32,
+    /// Duration of the controller's own Lease.
+    #[arg(long, env = "CONCLAVE_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_lease_duration: Duration,
+    /// The active replica steps down if it cannot renew its own Lease for this long.
+    #[arg(long, env = "CONCLAVE_LEADER_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_renew_deadline: Duration,
+    /// How often the active replica renews, and followers retry, the controller's own Lease.
+    #[arg(long, env = "CONCLAVE_LEADER_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_retry_period: Duration,
+}
+
+/// Runs the controller until SIGTERM or Ctrl-C.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    super::init_logging("info", args.log_format);
+    let runtime = super::runtime()?;
+    runtime.block_on(serve(args))
+}
+async fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let engine = Engine::new(EngineConfig {
+        plugins_dir: args.plugins.clone(),
+        allow_wasi: args.allow_wasi,
+        cache_dir: args.plugin_cache_dir.clone().or_else(default_cache_dir),
+        default_limits: Limits::default(),
+    })
+    .context("loading strategy plugins")?;
+    for info in engine.strategies() {
+        tracing::info!(strategy = %info.name, "strategy available");
+    }
+    let client = super::kube_client(args.kubeconfig.as_deref()).await?;
+    let config = ControllerConfig {
+        namespaces: args.namespaces,
+        workers: args.workers,
+        ack_window: args.ack_window,
+        candidate_gc_after: args.candidate_gc_after,
+        lease_duration_seconds: args.lease_duration_seconds,
+        mode: args.mode.into(),
+        identity: args.identity.unwrap_or_else(default_identity),
+        controller_namespace: args.controller_namespace,
+        own_lease_duration: args.leader_lease_duration,
+        own_renew_deadline: args.leader_renew_deadline,
+        own_retry_period: args.leader_retry_period,
+        metrics_addr: Some(args.metrics_addr),
+    };
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("shutting down: finishing in-flight work, then releasing the Lease");
+        signal.cancel();
+    });
+    controller::run(client, Arc::new(engine), config, shutdown)
+        .await
+        .context("running the controller")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

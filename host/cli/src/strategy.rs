@@ -1,0 +1,715 @@
+//! `conclave strategy`: test a plugin against vectors, inspect it, benchmark it.
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use conclave_core::election::{OldestEmulationRank, pick_oldest_emulation_version};
+use conclave_core::k8s::{candidate_view, lease_record, timestamp};
+use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
+use conclave_core::strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};
+use conclave_core::time::Timestamp;
+use conclave_engine::{Engine, EngineConfig, Limits, PluginInfo, PluginSource};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Work with strategy plugins: run test vectors, inspect, benchmark.
+#[derive(Debug, Args)]
+pub struct StrategyArgs {
+    #[command(subcommand)]
+    command: StrategyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum StrategyCommand {
+    /// Scaffold a strategy plugin crate (SDK dependency, export macro, vectors, README) that
+    /// builds and passes its vectors at once.
+    New(super::scaffold::NewArgs),
+    /// Run test vectors through a plugin; prints PASS/FAIL per case and `N passed, M failed`.
+    Test {
+        /// A `.wasm` file, or the name of a built-in strategy (e.g. OldestEmulationVersion).
+        plugin: String,
+        /// The vector file (JSON).
+        #[arg(long)]
+        vectors: PathBuf,
+        /// Run every case under this strategy name, unless a case names its own.
+        #[arg(long)]
+        strategy: Option<String>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Print a plugin's names, description, version, imports, size, sha256 and load time.
+    Inspect {
+        /// A `.wasm` file, or the name of a built-in strategy.
+        plugin: String,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Measure per-decision latency through the engine (and, for built-ins, natively).
+    Bench {
+        /// A `.wasm` file, or the name of a built-in strategy.
+        plugin: String,
+        /// Candidates per election.
+        #[arg(long, default_value_t = 100)]
+        candidates: usize,
+        /// Timed decisions (after a warm-up of a tenth as many).
+        #[arg(long, default_value_t = 2000)]
+        iterations: usize,
+        /// The strategy name to elect under (default: the plugin's first).
+        #[arg(long)]
+        strategy: Option<String>,
+        /// Settings (JSON) to elect with, for plugins that need them, e.g. `{"zones": ["zone-b"]}`;
+        /// default: the plugin's sidecar settings, if any.
+        #[arg(long)]
+        settings: Option<String>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+}
+
+/// Engine options shared by the `strategy` subcommands.
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    /// Accept plugins that import WASI, giving them a deny-all WASI context.
+    #[arg(long, env = "CONCLAVE_ALLOW_WASI")]
+    allow_wasi: bool,
+    /// Cache compiled plugin code in this directory (keyed by sha256 and wasmtime version).
+    #[arg(long, env = "CONCLAVE_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Per-call time limit in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    time_limit_ms: u64,
+    /// Per-call memory limit in MiB.
+    #[arg(long, default_value_t = 16)]
+    memory_limit_mib: usize,
+}
+
+impl EngineArgs {
+    fn config(&self) -> EngineConfig {
+        EngineConfig {
+            plugins_dir: None,
+            allow_wasi: self.allow_wasi,
+            cache_dir: self.cache_dir.clone(),
+            default_limits: Limits {
+                time: Duration::from_millis(self.time_limit_ms),
+                memory_bytes: self.memory_limit_mib << 20,
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+/// Runs `conclave strategy ...`; the exit code is non-zero when a test case failed.
+pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
+    super::init_logging("warn", super::LogFormat::Text);
+    match args.command {
+        StrategyCommand::New(args) => super::scaffold::run(&args).map(|()| ExitCode::SUCCESS),
+        StrategyCommand::Test {
+            plugin,
+            vectors,
+            strategy,
+            engine,
+        } => test(&plugin, &vectors, strategy.as_deref(), &engine),
+        StrategyCommand::Inspect { plugin, engine } => inspect(&plugin, &engine),
+        StrategyCommand::Bench {
+            plugin,
+            candidates,
+            iterations,
+            strategy,
+            settings,
+            engine,
+        } => bench(
+            &plugin,
+            candidates,
+            iterations,
+            strategy.as_deref(),
+            settings.as_deref(),
+            &engine,
+        ),
+    }
+}
+
+/// A loaded plugin and the strategy name to call it by.
+struct Target {
+    engine: Engine,
+    plugin: Arc<PluginInfo>,
+    /// The name given on the command line, if it was a strategy name rather than a file.
+    named: Option<String>,
+}
+
+impl Target {
+    /// `plugin` is a path if it ends in `.wasm` or names an existing file, else a built-in name.
+    fn load(plugin: &str, args: &EngineArgs) -> anyhow::Result<Self> {
+        let path = Path::new(plugin);
+        if plugin.ends_with(".wasm") || path.is_file() {
+            let engine = Engine::from_file(args.config(), path)?;
+            let info = engine
+                .plugins()
+                .into_iter()
+                .next()
+                .context("the plugin file loaded no plugin")?;
+            return Ok(Self {
+                engine,
+                plugin: info,
+                named: None,
+            });
+        }
+        let engine = Engine::new(args.config())?;
+        let Some(info) = engine
+            .strategies()
+            .into_iter()
+            .find(|s| s.name == plugin)
+            .map(|s| s.plugin)
+        else {
+            let known: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
+            bail!(
+                "{plugin:?} is neither a .wasm file nor a built-in strategy (built-ins: {})",
+                known.join(", ")
+            );
+        };
+        Ok(Self {
+            engine,
+            plugin: info,
+            named: Some(plugin.to_owned()),
+        })
+    }
+
+    /// The strategy to elect under: `preferred` if given, else the name used on the command line,
+    /// else the plugin's first strategy.
+    fn strategy(&self, preferred: Option<&str>) -> String {
+        preferred
+            .map(str::to_owned)
+            .or_else(|| self.named.clone())
+            .unwrap_or_else(|| self.plugin.strategies[0].clone())
+    }
+}
+
+/// A vector file: `{"strategy", "settings"?, "cases": [...]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VectorFile {
+    strategy: String,
+    #[serde(default)]
+    settings: Option<serde_json::Value>,
+    cases: Vec<Case>,
+}
+
+/// One case: the Lease (or null), the candidates as `kubectl get -o json` prints them, and the
+/// expected leader.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    now: jiff::Timestamp,
+    lease: Option<Lease>,
+    candidates: Vec<LeaseCandidate>,
+    expect: Expect,
+    #[serde(default)]
+    strategy: Option<String>,
+    #[serde(default)]
+    settings: Option<serde_json::Value>,
+}
+
+/// What a case expects: `{"leader": NAME}`, `{"leader": null}`, or `{"error": true}` (`elect`
+/// must return an error) with an optional `"message"` the error must contain.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    #[serde(default)]
+    leader: Option<String>,
+    #[serde(default)]
+    error: bool,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl Expect {
+    /// Rejects contradictory expectations, so a vector cannot pass by accident.
+    fn check(&self, case: &str) -> anyhow::Result<()> {
+        if self.error && self.leader.is_some() {
+            bail!("case {case:?}: expect has both \"error\": true and a leader");
+        }
+        if self.message.is_some() && !self.error {
+            bail!("case {case:?}: expect.message needs \"error\": true");
+        }
+        Ok(())
+    }
+
+    /// What is expected, for reports.
+    fn describe(&self) -> String {
+        match (&self.error, &self.message) {
+            (true, Some(message)) => format!("an error containing {message:?}"),
+            (true, None) => "an error".to_owned(),
+            (false, _) => format!("leader {}", show(self.leader.as_deref())),
+        }
+    }
+
+    /// `Ok(what passed)` or `Err(why it failed)`.
+    fn judge(
+        &self,
+        outcome: &Result<Option<String>, conclave_engine::EngineError>,
+    ) -> Result<String, String> {
+        match (self.error, outcome) {
+            (false, Ok(actual)) if actual.as_deref() == self.leader.as_deref() => Ok(format!(
+                "expected leader {}, got {}",
+                show(self.leader.as_deref()),
+                show(actual.as_deref())
+            )),
+            (false, Ok(actual)) => Err(format!(
+                "expected leader {}, got {}",
+                show(self.leader.as_deref()),
+                show(actual.as_deref())
+            )),
+            (true, Err(error @ conclave_engine::EngineError::PluginError { message, .. }))
+                if self
+                    .message
+                    .as_ref()
+                    .is_none_or(|m| message.contains(m.as_str())) =>
+            {
+                Ok(format!("expected {}, got error: {error}", self.describe()))
+            }
+            (true, Ok(actual)) => Err(format!(
+                "expected {}, got leader {}",
+                self.describe(),
+                show(actual.as_deref())
+            )),
+            (_, Err(error)) => Err(format!(
+                "expected {}, got error ({}): {error}",
+                self.describe(),
+                error.kind()
+            )),
+        }
+    }
+}
+
+/// The request a case describes; every candidate counts as alive.
+fn case_request(
+    case: &Case,
+    strategy: &str,
+    settings: Option<&serde_json::Value>,
+) -> ElectionRequest {
+    let now = timestamp(case.now);
+    let candidates: Vec<CandidateView> = case.candidates.iter().map(candidate_view).collect();
+    let lease = match &case.lease {
+        Some(lease) => {
+            let record = lease_record(lease);
+            LeaseView {
+                holder: record.holder().map(str::to_owned),
+                preferred_holder: record.preferred().map(str::to_owned),
+                expired: record.is_expired(now),
+                strategy: strategy.to_owned(),
+                namespace: record.namespace,
+                name: record.name,
+            }
+        }
+        None => {
+            let first = case.candidates.first();
+            LeaseView {
+                namespace: first
+                    .and_then(|c| c.metadata.namespace.clone())
+                    .unwrap_or_else(|| "default".into()),
+                name: first
+                    .and_then(|c| c.spec.as_ref())
+                    .map(|spec| spec.lease_name.clone())
+                    .unwrap_or_default(),
+                holder: None,
+                preferred_holder: None,
+                strategy: strategy.to_owned(),
+                expired: true,
+            }
+        }
+    };
+    ElectionRequest {
+        lease,
+        now,
+        settings: settings
+            .map(serde_json::Value::to_string)
+            .unwrap_or_default(),
+        candidates,
+    }
+}
+
+/// Rows of the candidate table a failure prints; the expected and actual leaders are always shown.
+const FAILURE_TABLE_ROWS: usize = 40;
+
+/// What a failing case looked like: the Lease, the expected and actual outcome, and the
+/// candidates (sorted by name) with the fields strategies rank by. `>` marks the expected leader,
+/// `<` the actual one.
+fn failure_table(
+    request: &ElectionRequest,
+    expect: &Expect,
+    actual: Option<&str>,
+    error: Option<&conclave_engine::EngineError>,
+) -> String {
+    use std::fmt::Write as _;
+    let lease = &request.lease;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "    lease {}/{}: holder {}, preferred holder {}, {}; settings {}",
+        lease.namespace,
+        lease.name,
+        show(lease.holder.as_deref()),
+        show(lease.preferred_holder.as_deref()),
+        if lease.expired { "expired" } else { "live" },
+        if request.settings.is_empty() {
+            "(none)"
+        } else {
+            &request.settings
+        }
+    );
+    let _ = writeln!(out, "    expected: {}", expect.describe());
+    let _ = writeln!(
+        out,
+        "    actual:   {}",
+        match error {
+            Some(error) => format!("error ({}): {error}", error.kind()),
+            None => format!("leader {}", show(actual)),
+        }
+    );
+    let mut candidates: Vec<&CandidateView> = request.candidates.iter().collect();
+    candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    let expected = expect.leader.as_deref();
+    let mark = |name: &str| match (Some(name) == expected, Some(name) == actual) {
+        (true, true) => "><",
+        (true, false) => "> ",
+        (false, true) => " <",
+        (false, false) => "  ",
+    };
+    let created = |c: &CandidateView| {
+        c.creation_time
+            .and_then(|t| jiff::Timestamp::from_microsecond(t.as_micros()).ok())
+            .map_or_else(|| "-".to_owned(), |t| t.to_string())
+    };
+    let pairs = |pairs: &[(String, String)]| {
+        if pairs.is_empty() {
+            "-".to_owned()
+        } else {
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    let rows: Vec<[String; 7]> = std::iter::once([
+        String::new(),
+        "candidate".to_owned(),
+        "emulation".to_owned(),
+        "binary".to_owned(),
+        "created".to_owned(),
+        "labels".to_owned(),
+        "annotations".to_owned(),
+    ])
+    .chain(candidates.iter().enumerate().filter_map(|(i, c)| {
+        let shown = i < FAILURE_TABLE_ROWS || mark(&c.name) != "  ";
+        shown.then(|| {
+            [
+                mark(&c.name).to_owned(),
+                c.name.clone(),
+                c.emulation_version.clone(),
+                c.binary_version.clone(),
+                created(c),
+                pairs(&c.labels),
+                pairs(&c.annotations),
+            ]
+        })
+    }))
+    .collect();
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "    candidates ({}; > expected, < actual):",
+        candidates.len()
+    );
+    for row in &rows {
+        let mut line = String::from("    ");
+        for (cell, width) in row.iter().zip(widths) {
+            let _ = write!(line, "{cell:<width$} ");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let hidden = candidates.len() + 1 - rows.len();
+    if hidden > 0 {
+        let _ = writeln!(out, "    ... and {hidden} more");
+    }
+    out
+}
+
+fn show(leader: Option<&str>) -> String {
+    leader.map_or_else(|| "none".to_owned(), |name| format!("{name:?}"))
+}
+
+fn test(
+    plugin: &str,
+    vectors: &Path,
+    strategy: Option<&str>,
+    args: &EngineArgs,
+) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(vectors)
+        .with_context(|| format!("cannot read vectors {}", vectors.display()))?;
+    let file: VectorFile = serde_json::from_str(&text)
+        .with_context(|| format!("invalid vector file {}", vectors.display()))?;
+    for case in &file.cases {
+        case.expect
+            .check(&case.name)
+            .with_context(|| format!("invalid vector file {}", vectors.display()))?;
+    }
+    let target = Target::load(plugin, args)?;
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for case in &file.cases {
+        let name = case
+            .strategy
+            .as_deref()
+            .or(strategy)
+            .unwrap_or(&file.strategy);
+        let settings = case.settings.as_ref().or(file.settings.as_ref());
+        let request = case_request(case, name, settings);
+        if !target.plugin.strategies.iter().any(|s| s == name) {
+            failed += 1;
+            println!(
+                "FAIL {}: plugin {} does not implement strategy {name:?} (it implements {})",
+                case.name,
+                target.plugin.source,
+                target.plugin.strategies.join(", ")
+            );
+            continue;
+        }
+        let outcome = target.engine.elect(name, &request);
+        match case.expect.judge(&outcome) {
+            Ok(what) => {
+                passed += 1;
+                println!("PASS {}: {what}", case.name);
+            }
+            Err(why) => {
+                failed += 1;
+                println!("FAIL {}: {why}", case.name);
+                let actual = outcome.as_ref().ok().and_then(Option::as_deref);
+                print!(
+                    "{}",
+                    failure_table(&request, &case.expect, actual, outcome.as_ref().err())
+                );
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn inspect(plugin: &str, args: &EngineArgs) -> anyhow::Result<ExitCode> {
+    let target = Target::load(plugin, args)?;
+    let info = &target.plugin;
+    println!("source:      {}", info.source);
+    println!("strategies:  {}", info.strategies.join(", "));
+    println!("description: {}", info.description);
+    println!("version:     {}", info.version);
+    println!(
+        "imports:     {}",
+        if info.imports.is_empty() {
+            "(none)".to_owned()
+        } else {
+            info.imports.join(", ")
+        }
+    );
+    println!("size:        {} bytes", info.size);
+    println!("sha256:      {}", info.sha256);
+    println!(
+        "limits:      {:?} per call, {} MiB memory, {} table elements, {} instances",
+        info.limits.time,
+        info.limits.memory_bytes >> 20,
+        info.limits.table_elements,
+        info.limits.instances
+    );
+    println!(
+        "load:        {} in {:.1} ms",
+        if info.load.from_cache {
+            "loaded compiled code from cache"
+        } else {
+            "compiled"
+        },
+        info.load.elapsed.as_secs_f64() * 1e3
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A deterministic election with `n` candidates of mixed versions and ages, spread over zones
+/// `zone-a`..`zone-d` (label `topology.kubernetes.io/zone`), two in three with a priority
+/// annotation (`coordination.conclave.dev/priority`), so every rule has real data to rank.
+fn bench_request(strategy: &str, n: usize) -> ElectionRequest {
+    let now = Timestamp::from_secs(1_800_000_000);
+    let candidates = (0..n)
+        .map(|i| {
+            let minor = 30 + (i * 7) % 5;
+            CandidateView {
+                name: format!("candidate-{i:05}"),
+                binary_version: format!("1.{}.{}", minor + (i % 2), (i * 3) % 11),
+                emulation_version: format!("1.{minor}.0"),
+                strategy: strategy.to_owned(),
+                creation_time: Some(Timestamp::from_secs(
+                    1_700_000_000 + ((i * 7919) % 1000) as i64,
+                )),
+                renew_time: Some(now),
+                ping_time: None,
+                labels: vec![
+                    ("app.kubernetes.io/name".into(), "bench".into()),
+                    (
+                        "topology.kubernetes.io/zone".into(),
+                        format!("zone-{}", ["a", "b", "c", "d"][i % 4]),
+                    ),
+                ],
+                annotations: if i % 3 == 0 {
+                    Vec::new()
+                } else {
+                    vec![(
+                        "coordination.conclave.dev/priority".into(),
+                        ((i * 37) % 100 + 1).to_string(),
+                    )]
+                },
+            }
+        })
+        .collect();
+    ElectionRequest {
+        lease: LeaseView {
+            namespace: "default".into(),
+            name: "bench".into(),
+            holder: None,
+            preferred_holder: None,
+            strategy: strategy.to_owned(),
+            expired: true,
+        },
+        now,
+        settings: String::new(),
+        candidates,
+    }
+}
+
+/// The native Rust implementation of a built-in strategy, for comparison.
+fn native_rule(
+    info: &PluginInfo,
+    strategy: &str,
+) -> Option<fn(&ElectionRequest) -> Option<String>> {
+    let builtin = matches!(info.source, PluginSource::Builtin(_));
+    let oldest = strategy == OLDEST_EMULATION_VERSION || strategy == MINIMUM_COMPATIBILITY_VERSION;
+    (builtin && oldest)
+        .then_some(native_oldest_emulation_version as fn(&ElectionRequest) -> Option<String>)
+}
+
+fn native_oldest_emulation_version(request: &ElectionRequest) -> Option<String> {
+    pick_oldest_emulation_version(request.candidates.iter().filter_map(|c| {
+        OldestEmulationRank::new(
+            &c.name,
+            &c.binary_version,
+            &c.emulation_version,
+            c.creation_time,
+        )
+    }))
+    .map(str::to_owned)
+}
+
+/// Times `iterations` calls of `decide` after a warm-up; returns the sorted latencies.
+fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
+    iterations: usize,
+    mut decide: F,
+) -> anyhow::Result<(Vec<Duration>, Option<String>)> {
+    let mut answer = None;
+    for _ in 0..iterations.div_ceil(10) {
+        answer = decide()?;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let result = decide()?;
+        samples.push(started.elapsed());
+        std::hint::black_box(result);
+    }
+    samples.sort();
+    Ok((samples, answer))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn bench(
+    plugin: &str,
+    candidates: usize,
+    iterations: usize,
+    strategy: Option<&str>,
+    settings: Option<&str>,
+    args: &EngineArgs,
+) -> anyhow::Result<ExitCode> {
+    if iterations == 0 {
+        bail!("--iterations must be positive");
+    }
+    if let Some(settings) = settings {
+        serde_json::from_str::<serde_json::Value>(settings)
+            .with_context(|| format!("--settings is not valid JSON: {settings}"))?;
+    }
+    let target = Target::load(plugin, args)?;
+    let strategy = target.strategy(strategy);
+    let mut request = bench_request(&strategy, candidates);
+    request.settings = settings.unwrap_or_default().to_owned();
+    println!(
+        "plugin {} ({} bytes, {} in {:.1} ms), strategy {strategy}, {candidates} candidates, {iterations} decisions",
+        target.plugin.source,
+        target.plugin.size,
+        if target.plugin.load.from_cache {
+            "loaded from cache"
+        } else {
+            "compiled"
+        },
+        target.plugin.load.elapsed.as_secs_f64() * 1e3
+    );
+    let (wasm, wasm_answer) = time_calls(iterations, || {
+        Ok(target.engine.elect(&strategy, &request)?)
+    })?;
+    let (wasm_p50, wasm_p99) = (percentile(&wasm, 0.5), percentile(&wasm, 0.99));
+    println!("{:<8} {:>12} {:>12}", "path", "p50 (µs)", "p99 (µs)");
+    println!(
+        "{:<8} {:>12.1} {:>12.1}",
+        "wasm",
+        micros(wasm_p50),
+        micros(wasm_p99)
+    );
+    if let Some(rule) = native_rule(&target.plugin, &strategy) {
+        let (native, native_answer) = time_calls(iterations, || Ok(rule(&request)))?;
+        let (native_p50, native_p99) = (percentile(&native, 0.5), percentile(&native, 0.99));
+        println!(
+            "{:<8} {:>12.1} {:>12.1}",
+            "native",
+            micros(native_p50),
+            micros(native_p99)
+        );
+        println!(
+            "ratio wasm/native: p50 {:.1}x, p99 {:.1}x",
+            wasm_p50.as_secs_f64() / native_p50.as_secs_f64().max(1e-9),
+            wasm_p99.as_secs_f64() / native_p99.as_secs_f64().max(1e-9)
+        );
+        if wasm_answer != native_answer {
+            bail!(
+                "the plugin elected {} but the native rule elected {}",
+                show(wasm_answer.as_deref()),
+                show(native_answer.as_deref())
+            );
+        }
+    }
+    println!("leader: {}", show(wasm_answer.as_deref()));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,633 @@
+//! The controller against the embedded API server: elections, pre-emption, legacy holders,
+//! conflicts, GC, and faults (500s, 409 storms, dropped watches, a restart mid-election).
+
+mod controller_support;
+
+use conclave_core::plan::Mode;
+use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
+use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
+use conclave_testkit::{CandidateResponder, lease_candidate};
+use controller_support::{
+    CoordinatedHolder, HolderAudit, HolderWrites, NS, WAIT, candidate, config, create_lease,
+    emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start, wait_event,
+    wait_lease,
+};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn micro(at: jiff::Timestamp) -> MicroTime {
+    MicroTime(at)
+}
+
+fn ago(seconds: i64) -> MicroTime {
+    micro(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_the_lease_for_the_oldest_emulation_version() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "baz1", "l", "1.20.0", "1.20.0", OEV).await;
+    let _b = candidate(&client, "baz2", "l", "1.20.0", "1.19.0", OEV).await;
+    let _c = candidate(&client, "baz3", "l", "1.19.0", "1.19.0", OEV).await;
+    let _d = candidate(&client, "baz4", "l", "1.20.0", "1.19.0", OEV).await;
+    let record = wait_lease(&leases, "l", "baz3 to hold l", |r| {
+        r.holder() == Some("baz3")
+    })
+    .await;
+    assert_eq!(record.strategy(), Some(OEV));
+    assert!(
+        record.elected_by_conclave,
+        "annotation elected-by: conclave"
+    );
+    assert_eq!(record.lease_duration_seconds, Some(5));
+    assert!(record.renew_time.is_some() && record.acquire_time.is_some());
+    wait_event(&client, NS, "l", "Elected").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn better_candidate_preempts_the_holder_which_steps_down() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _new = candidate(&client, "new", "l", "1.31.0", "1.31.0", OEV).await;
+    let new_holder = CoordinatedHolder::start(leases.clone(), "l", "new");
+    wait_lease(&leases, "l", "new to hold l", |r| r.holder() == Some("new")).await;
+
+    let _old = candidate(&client, "old", "l", "1.30.0", "1.30.0", OEV).await;
+    let _old_holder = CoordinatedHolder::start(leases.clone(), "l", "old");
+    wait_event(&client, NS, "l", "Preempted").await;
+    let record = wait_lease(&leases, "l", "old to take over after new steps down", |r| {
+        r.holder() == Some("old")
+    })
+    .await;
+    assert!(
+        new_holder.releases() >= 1,
+        "new stepped down through a release"
+    );
+    // preferredHolder is cleared once the preferred candidate holds the Lease.
+    let record = if record.preferred().is_some() {
+        wait_lease(&leases, "l", "preferredHolder cleared", |r| {
+            r.holder() == Some("old") && r.preferred().is_none()
+        })
+        .await
+    } else {
+        record
+    };
+    assert_eq!(record.preferred(), None);
+    audit.assert_never_two_holders();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_holder_keeps_the_lease_until_it_expires() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            holder_identity: Some("legacy".into()),
+            lease_duration_seconds: Some(3),
+            renew_time: Some(ago(0)),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    let legacy = CoordinatedHolder::start(leases.clone(), "l", "legacy");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    // The candidate is registered and acks pings; give the controller several ack windows and
+    // Lease renewals to (wrongly) act; the legacy holder must keep the Lease and nobody may ask
+    // it to step down.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let record = controller_support::wait_lease(&leases, "l", "lease", |_| true).await;
+        assert_eq!(
+            record.holder(),
+            Some("legacy"),
+            "legacy keeps the Lease while live"
+        );
+        assert_eq!(
+            record.preferred(),
+            None,
+            "a legacy holder is not pre-empted"
+        );
+    }
+    drop(legacy);
+    wait_lease(&leases, "l", "a to take over the expired Lease", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conflicts_and_unknown_strategies_write_nothing() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    // Both candidates exist before the controller starts: alone, `a` would be elected at once.
+    let _a = candidate(&client, "a", "conflicted", "1.31.0", "1.31.0", OEV).await;
+    let _b = candidate(
+        &client,
+        "b",
+        "conflicted",
+        "1.31.0",
+        "1.31.0",
+        "example.com/other",
+    )
+    .await;
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let event = wait_event(&client, NS, "conflicted", "StrategyConflict").await;
+    assert!(event.note.unwrap_or_default().contains("example.com/other"));
+    let _c = candidate(
+        &client,
+        "c",
+        "unknown",
+        "1.31.0",
+        "1.31.0",
+        "example.com/nope",
+    )
+    .await;
+    wait_event(&client, NS, "unknown", "UnknownStrategy").await;
+    assert!(leases.get_opt("conflicted").await.unwrap().is_none());
+    assert!(leases.get_opt("unknown").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leases_own_strategy_is_honoured() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            strategy: Some(OEV.into()),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    let _controller = start(client.clone(), config(NS, "c1"));
+    // The candidates ask for a strategy no plugin implements; the Lease's own one wins.
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.30.0", "example.com/nope").await;
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", "example.com/nope").await;
+    let record = wait_lease(&leases, "l", "a elected by the Lease's strategy", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    assert_eq!(record.strategy(), Some(OEV));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unresponsive_best_candidate_is_left_out() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    // The best candidate by version renewed a minute ago and never answers pings.
+    let mut dead = lease_candidate(NS, "dead", "l", "1.29.0", Some("1.29.0"), OEV);
+    dead.spec.as_mut().unwrap().renew_time = Some(ago(60));
+    candidates
+        .create(&PostParams::default(), &dead)
+        .await
+        .unwrap();
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "live to be elected", |r| {
+        r.holder() == Some("live")
+    })
+    .await;
+    let dead = candidates.get("dead").await.unwrap();
+    assert!(
+        dead.spec.unwrap().ping_time.is_some(),
+        "the dead candidate was pinged before being left out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn released_and_deleted_leases_are_reassigned() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a to hold l", |r| r.holder() == Some("a")).await;
+
+    // Released as client-go does: empty holder, strategy dropped.
+    let mut lease = leases.get("l").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some(String::new());
+    spec.strategy = None;
+    spec.lease_duration_seconds = Some(1);
+    leases
+        .replace("l", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let record = wait_lease(&leases, "l", "a to be re-elected", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    assert_eq!(record.strategy(), Some(OEV), "the strategy is written back");
+
+    leases.delete("l", &Default::default()).await.unwrap();
+    wait_lease(&leases, "l", "l re-created", |r| r.holder() == Some("a")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_candidates_are_garbage_collected() {
+    let (_emu, client) = emulator().await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let mut stale = lease_candidate(NS, "stale", "l", "1.31.0", Some("1.31.0"), OEV);
+    let spec = stale.spec.as_mut().unwrap();
+    spec.renew_time = Some(ago(7200));
+    spec.ping_time = Some(ago(3600));
+    candidates
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
+    let _live = candidate(&client, "live", "l", "1.31.0", "1.31.0", OEV).await;
+    let mut cfg = config(NS, "c1");
+    cfg.candidate_gc_after = Duration::from_secs(10);
+    let _controller = start(client.clone(), cfg);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while candidates.get_opt("stale").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stale candidate not collected"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        candidates.get_opt("live").await.unwrap().is_some(),
+        "a candidate that answers pings is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn elections_complete_after_500s_409_storms_and_dropped_watches() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    let faults = emu.faults().clone();
+    faults.fail_next(Verb::Create, "leases", 3, Failure::InternalError);
+    faults.fail_next(Verb::Update, "leasecandidates", 3, Failure::InternalError);
+    let metrics_addr = free_addr();
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(metrics_addr);
+    // The controller's own Lease is an update on `leases` too: renew it rarely, so the injected
+    // conflicts below meet its election writes.
+    cfg.own_lease_duration = Duration::from_secs(30);
+    cfg.own_renew_deadline = Duration::from_secs(20);
+    cfg.own_retry_period = Duration::from_secs(10);
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    // The holders (and the second writer below) write by patch, each with the resourceVersion
+    // read as precondition, so the updates that meet injected faults are the controller's.
+    let _holder_a =
+        CoordinatedHolder::start_writing(leases.clone(), "l", "a", HolderWrites::MergePatch);
+    wait_lease(&leases, "l", "a elected despite 500s", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    let conflicts_before = metric_sum(&scrape(metrics_addr).await, LEASE_UPDATE_CONFLICTS);
+
+    // A 409 storm while the controller must pre-empt a for a better candidate: the next five
+    // Lease updates answer 409 Conflict, and another writer keeps bumping the Lease's
+    // resourceVersion.
+    faults.fail_next(Verb::Update, "leases", 5, Failure::Conflict);
+    let storm = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            for i in 0..200u32 {
+                if let Ok(lease) = leases.get("l").await {
+                    let patch = serde_json::json!({
+                        "metadata": {
+                            "resourceVersion": lease.metadata.resource_version,
+                            "labels": {"storm": i.to_string()},
+                        },
+                    });
+                    let _ = leases
+                        .patch("l", &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            }
+        }
+    });
+    faults.drop_watches();
+    let _b = candidate(&client, "b", "l", "1.30.0", "1.30.0", OEV).await;
+    let _holder_b =
+        CoordinatedHolder::start_writing(leases.clone(), "l", "b", HolderWrites::MergePatch);
+    faults.drop_watches();
+    faults.fail_next(Verb::Update, "leases", 2, Failure::InternalError);
+    wait_event(&client, NS, "l", "Preempted").await;
+    wait_lease(&leases, "l", "b to hold l after the storm", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    storm.await.unwrap();
+    faults.drop_watches();
+    let conflicts =
+        metric_sum(&scrape(metrics_addr).await, LEASE_UPDATE_CONFLICTS) - conflicts_before;
+    eprintln!("the controller met {conflicts} Lease update conflicts in the storm");
+    assert!(
+        conflicts >= 1.0,
+        "the controller's Lease updates met the injected 409s (conflicts metric {conflicts})"
+    );
+    audit.assert_never_two_holders();
+}
+
+/// The controller's Lease updates answered 409, from `/metrics`.
+const LEASE_UPDATE_CONFLICTS: &str =
+    "conclave_api_writes_total{operation=\"lease_update\",result=\"conflict\"}";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watchers_recover_from_expired_watch_history() {
+    // No bookmarks: a watcher's resume point is the last event it saw in its own scope.
+    let emu = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let client =
+        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let relists = WatchRelists::start(leases.clone());
+    let mut cfg = config(NS, "c1");
+    // Elected holders keep the Lease for an hour without renewing: nothing writes in the
+    // controller's namespace while the fault is set up.
+    cfg.lease_duration_seconds = 3600;
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    let listed = relists.count();
+
+    // A write outside the watched namespace moves the store past every watcher's resume point;
+    // then the history is forgotten and every watch is cut: each resumes from a version older
+    // than the kept history and gets 410 Gone, in the middle of the run.
+    let elsewhere: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    create_lease(&elsewhere, "bump", LeaseSpec::default()).await;
+    emu.faults().expire_history();
+    emu.faults().drop_watches();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while relists.count() == listed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a watcher in the controller's namespace never got 410 and relisted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Both of the controller's watchers recovered: a new candidate (candidate watch) is elected
+    // for a new Lease, and a released Lease (Lease watch) is reassigned.
+    let _b = candidate(&client, "b", "m", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "m", "b elected after the 410", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let mut lease = leases.get("l").await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
+    leases
+        .replace("l", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    wait_lease(&leases, "l", "l reassigned after the 410", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+}
+
+/// Counts the relists (a full list after a 410 or at start) of a watcher on `api`, which is
+/// in the same scope as the controller's own watchers.
+struct WatchRelists {
+    count: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WatchRelists {
+    fn start(api: Api<Lease>) -> Self {
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::InitDone) = event {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { count, task }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for WatchRelists {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_restart_in_the_middle_of_an_election_completes_it() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let audit = HolderAudit::start(leases.clone(), "l");
+    // Slow API: the first controller is mid-way (pings sent or in flight) when it crashes.
+    emu.faults().set_latency(Duration::from_millis(150));
+    let first = start(client.clone(), config(NS, "c1"));
+    stale_candidate_pinged(&candidates, "a", "l", || "the first controller".into()).await;
+    first.crash();
+    emu.faults().set_latency(Duration::ZERO);
+    // The candidate comes alive (answers pings) only now; a second controller finishes the job
+    // once the crashed one's Lease expires.
+    let _responder = CandidateResponder::register(
+        client.clone(),
+        lease_candidate(NS, "b", "l", "1.31.0", Some("1.31.0"), OEV),
+    )
+    .await
+    .unwrap();
+    let _second = start(client.clone(), config(NS, "c2"));
+    let record = wait_lease(&leases, "l", "an election after the restart", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    assert_eq!(
+        record.holder(),
+        Some("b"),
+        "the unresponsive candidate is left out"
+    );
+    audit.assert_never_two_holders();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn third_party_mode_leaves_oldest_emulation_version_alone() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let mut cfg = config(NS, "c1");
+    cfg.mode = Mode::ThirdParty;
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    // A different Lease with an unknown third-party strategy proves the controller is working.
+    let _b = candidate(&client, "b", "tp", "1.31.0", "1.31.0", "example.com/nope").await;
+    wait_event(&client, NS, "tp", "UnknownStrategy").await;
+    assert!(leases.get_opt("l").await.unwrap().is_none());
+}
+
+/// A strategy whose plugin always fails, as a trapping or over-limit plugin would.
+struct Failing;
+
+impl conclave_controller::Decide for Failing {
+    fn has_strategy(&self, _strategy: &str) -> bool {
+        true
+    }
+
+    fn elect(
+        &self,
+        strategy: &str,
+        _request: &conclave_core::request::ElectionRequest,
+    ) -> Result<Option<String>, conclave_controller::DecideError> {
+        Err(conclave_controller::DecideError {
+            kind: "trap",
+            message: format!("strategy {strategy:?} trapped: unreachable"),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugin_errors_leave_the_lease_as_it_is() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            holder_identity: Some(String::new()),
+            strategy: Some(OEV.into()),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    let before = leases.get("l").await.unwrap();
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(conclave_controller::run(
+        client.clone(),
+        std::sync::Arc::new(Failing),
+        config(NS, "c1"),
+        shutdown.clone(),
+    ));
+    let event = wait_event(&client, NS, "l", "PluginError").await;
+    assert!(event.note.unwrap_or_default().contains("trap"));
+    // Retried with backoff: the Event becomes a series; the Lease is never written.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let retried = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("PluginError")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            });
+        if retried {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the failing election was not retried"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = leases.get("l").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "a failing plugin must not change the Lease"
+    );
+    shutdown.cancel();
+    task.await
+        .unwrap()
+        .expect("the controller survives plugin errors and stops cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_health_and_readiness_are_served() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let addr = free_addr();
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(addr);
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let body = loop {
+        let (status, body) = http_get(addr, "/metrics").await;
+        if status.contains("200")
+            && body.contains("conclave_elections_total{strategy=\"OldestEmulationVersion\",outcome=\"create\"} 1")
+        {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metrics never showed the election: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for name in [
+        "conclave_election_latency_seconds",
+        "conclave_plugin_call_seconds",
+        "conclave_managed_leases 1",
+        "conclave_active 1",
+    ] {
+        assert!(body.contains(name), "{name} missing from /metrics:\n{body}");
+    }
+    assert!(http_get(addr, "/healthz").await.0.contains("200"));
+    assert!(http_get(addr, "/readyz").await.0.contains("200"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_takes_over_when_the_active_replica_shuts_down() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let own: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let first = start(client.clone(), config(NS, "replica-1"));
+    let active = wait_lease(&own, "conclave-controller", "an active replica", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    assert_eq!(active.holder(), Some("replica-1"));
+    let second = start(client.clone(), config(NS, "replica-2"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected by replica-1", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+
+    // SIGTERM path: in-flight work finishes, the Lease is released, the follower takes over at
+    // once (its caches are warm) and keeps electing.
+    first.stop().await;
+    wait_lease(&own, "conclave-controller", "replica-2 active", |r| {
+        r.holder() == Some("replica-2")
+    })
+    .await;
+    let _b = candidate(&client, "b", "m", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "m", "b elected by replica-2", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    second.stop().await;
+}

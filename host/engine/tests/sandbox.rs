@@ -1,0 +1,436 @@
+//! The engine's sandbox, proven against hand-written fixtures (`fixtures/strategy.wat`): runaway
+//! loops, memory bombs, traps, bad answers and forbidden imports each become a typed error, and the
+//! engine keeps serving good plugins afterwards. A plain `std` guest (`fixtures/wasi-guest`) runs only
+//! with `--allow-wasi`, in a context that denies it the filesystem, environment and real clocks.
+
+use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
+use conclave_core::strategy::OLDEST_EMULATION_VERSION;
+use conclave_core::time::Timestamp;
+use conclave_engine::{Engine, EngineConfig, EngineError, Limits};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use conclave_testkit::wasm_build;
+
+const TEMPLATE: &str = include_str!("fixtures/strategy.wat");
+
+/// A fixture plugin claiming strategy `name`, whose `elect` runs `body`.
+fn fixture(name: &str, body: &str) -> String {
+    assert!(name.len() <= 64);
+    let len = u32::try_from(name.len()).unwrap().to_le_bytes();
+    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
+    TEMPLATE
+        .replace("{{NAME_LEN}}", &len)
+        .replace("{{NAME}}", name)
+        .replace("{{ELECT}}", body)
+}
+
+const LOOP: &str = "(loop $spin (br $spin)) (unreachable)";
+const MEMORY_BOMB: &str =
+    "(loop $grow (drop (memory.grow (i32.const 16))) (br $grow)) (unreachable)";
+const TRAP: &str = "(unreachable)";
+const UNKNOWN_NAME: &str = "(i32.const 0x100)";
+const NOBODY: &str = "(i32.const 0x120)";
+const REFUSE: &str = "(i32.const 0x140)";
+
+/// Writes `NAME.wasm` (the fixture's text; the `wat` feature lets wasmtime read it) into `dir`.
+fn write_plugin(dir: &Path, file: &str, strategy: &str, body: &str) {
+    std::fs::write(dir.join(format!("{file}.wasm")), fixture(strategy, body)).unwrap();
+}
+
+/// The time limit (CPU time of the calling thread) the sandbox engines run under: generous, so that
+/// a good call in an unoptimised test build never hits it, while a runaway loop still does.
+const TIME_LIMIT: Duration = Duration::from_millis(250);
+
+fn config(dir: &Path) -> EngineConfig {
+    EngineConfig {
+        plugins_dir: Some(dir.to_path_buf()),
+        default_limits: Limits {
+            time: TIME_LIMIT,
+            ..Limits::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+fn engine_with(dir: &Path) -> Result<Engine, EngineError> {
+    Engine::new(config(dir))
+}
+
+/// The sandbox fixtures all in one plugins directory, next to the built-in plugin.
+fn sandbox() -> (tempfile::TempDir, Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "loop", "test/loop", LOOP);
+    write_plugin(dir.path(), "bomb", "test/memory-bomb", MEMORY_BOMB);
+    write_plugin(dir.path(), "trap", "test/trap", TRAP);
+    write_plugin(dir.path(), "unknown", "test/unknown-name", UNKNOWN_NAME);
+    write_plugin(dir.path(), "nobody", "test/nobody", NOBODY);
+    write_plugin(dir.path(), "refuse", "test/refuse", REFUSE);
+    let engine = engine_with(dir.path()).expect("fixtures load");
+    (dir, engine)
+}
+
+fn candidate(name: &str, binary: &str, emulation: &str) -> CandidateView {
+    CandidateView {
+        name: name.into(),
+        binary_version: binary.into(),
+        emulation_version: emulation.into(),
+        strategy: OLDEST_EMULATION_VERSION.into(),
+        creation_time: Some(Timestamp::from_secs(1_700_000_000)),
+        ..CandidateView::default()
+    }
+}
+
+fn request(strategy: &str) -> ElectionRequest {
+    ElectionRequest {
+        lease: LeaseView {
+            namespace: "kube-system".into(),
+            name: "kube-scheduler".into(),
+            strategy: strategy.into(),
+            expired: true,
+            ..LeaseView::default()
+        },
+        now: Timestamp::from_secs(1_800_000_000),
+        settings: String::new(),
+        candidates: vec![
+            candidate("new", "1.33.0", "1.33.0"),
+            candidate("old", "1.32.0", "1.32.0"),
+        ],
+    }
+}
+
+/// The built-in strategy still answers correctly on the same engine.
+fn assert_good_plugin_still_works(engine: &Engine) {
+    let answer = engine
+        .elect(OLDEST_EMULATION_VERSION, &request(OLDEST_EMULATION_VERSION))
+        .expect("the built-in plugin still decides");
+    assert_eq!(answer.as_deref(), Some("old"));
+}
+
+#[test]
+fn infinite_loop_is_stopped_by_the_time_limit() {
+    let (_dir, engine) = sandbox();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let cpu_before = cpu_time::ThreadTime::now();
+        let error = engine
+            .elect("test/loop", &request("test/loop"))
+            .unwrap_err();
+        let cpu_used = cpu_before.elapsed();
+        let elapsed = started.elapsed();
+        assert_eq!(error.kind(), "limit_exceeded", "{error}");
+        assert!(matches!(error, EngineError::LimitExceeded { limit, .. } if limit == TIME_LIMIT));
+        // The budget is the calling thread's CPU time, which a loaded machine does not inflate:
+        // the loop used it up, and was stopped within it (plus the 1 ms epoch tick and the
+        // instantiation, both far below the margin).
+        assert!(
+            cpu_used >= TIME_LIMIT,
+            "stopped after only {cpu_used:?} of CPU"
+        );
+        assert!(
+            cpu_used < TIME_LIMIT + Duration::from_millis(100),
+            "stopped after {cpu_used:?} of CPU, limit {TIME_LIMIT:?}"
+        );
+        // Generous wall-clock bound: the call returns even on a loaded machine.
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+        assert_good_plugin_still_works(&engine);
+    }
+}
+
+#[test]
+fn time_limit_comes_from_the_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "loop", "test/loop", LOOP);
+    std::fs::write(
+        dir.path().join("loop.json"),
+        r#"{"limits": {"time_ms": 40}}"#,
+    )
+    .unwrap();
+    let engine = engine_with(dir.path()).unwrap();
+    let error = engine
+        .elect("test/loop", &request("test/loop"))
+        .unwrap_err();
+    assert!(
+        matches!(error, EngineError::LimitExceeded { limit, .. } if limit == Duration::from_millis(40)),
+        "{error}"
+    );
+}
+
+#[test]
+fn memory_bomb_is_stopped() {
+    let (_dir, engine) = sandbox();
+    let error = engine
+        .elect("test/memory-bomb", &request("test/memory-bomb"))
+        .unwrap_err();
+    assert_eq!(error.kind(), "memory", "{error}");
+    assert!(error.to_string().contains("limit 16777216"), "{error}");
+    assert_good_plugin_still_works(&engine);
+}
+
+#[test]
+fn trap_becomes_an_error() {
+    let (_dir, engine) = sandbox();
+    let error = engine
+        .elect("test/trap", &request("test/trap"))
+        .unwrap_err();
+    assert_eq!(error.kind(), "trap", "{error}");
+    assert!(error.to_string().contains("unreachable"), "{error}");
+    assert_good_plugin_still_works(&engine);
+}
+
+#[test]
+fn unknown_candidate_name_is_rejected() {
+    let (_dir, engine) = sandbox();
+    let error = engine
+        .elect("test/unknown-name", &request("test/unknown-name"))
+        .unwrap_err();
+    assert_eq!(error.kind(), "invalid_answer");
+    assert!(
+        matches!(&error, EngineError::InvalidAnswer { answer, .. } if answer == "nobody"),
+        "{error}"
+    );
+    assert_good_plugin_still_works(&engine);
+}
+
+#[test]
+fn plugin_answers_none_or_an_error() {
+    let (_dir, engine) = sandbox();
+    assert_eq!(
+        engine
+            .elect("test/nobody", &request("test/nobody"))
+            .unwrap(),
+        None
+    );
+    let error = engine
+        .elect("test/refuse", &request("test/refuse"))
+        .unwrap_err();
+    assert!(
+        matches!(&error, EngineError::PluginError { message, .. } if message == "cannot decide"),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "plugin_error");
+}
+
+#[test]
+fn unknown_strategy_is_a_typed_error() {
+    let (_dir, engine) = sandbox();
+    let error = engine
+        .elect("example.com/nope", &request("example.com/nope"))
+        .unwrap_err();
+    assert_eq!(error.kind(), "unknown_strategy");
+    assert!(!engine.has_strategy("example.com/nope"));
+    assert!(engine.has_strategy("test/loop"));
+}
+
+#[test]
+fn component_importing_wasi_filesystem_is_rejected_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasi = r#"(component (import "wasi:filesystem/preopens@0.2.0" (instance)))"#;
+    std::fs::write(dir.path().join("wasi.wasm"), wasi).unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert_eq!(error.kind(), "load");
+    assert!(
+        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "wasi:filesystem/preopens@0.2.0"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("--allow-wasi"), "{error}");
+}
+
+#[test]
+fn component_importing_an_unknown_host_interface_is_rejected_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = r#"(component (import "example:evil/exfiltrate@1.0.0" (instance)))"#;
+    std::fs::write(dir.path().join("evil.wasm"), evil).unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert!(
+        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "example:evil/exfiltrate@1.0.0"),
+        "{error}"
+    );
+}
+
+#[test]
+fn two_plugins_claiming_one_name_is_a_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "impostor", OLDEST_EMULATION_VERSION, NOBODY);
+    let error = engine_with(dir.path()).unwrap_err();
+    assert!(
+        matches!(&error, EngineError::DuplicateStrategy { strategy, .. } if strategy == OLDEST_EMULATION_VERSION),
+        "{error}"
+    );
+}
+
+#[test]
+fn sidecar_sha256_mismatch_refuses_the_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "nobody", "test/nobody", NOBODY);
+    std::fs::write(
+        dir.path().join("nobody.json"),
+        format!(r#"{{"sha256": "{}"}}"#, "0".repeat(64)),
+    )
+    .unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert_eq!(error.kind(), "load");
+    assert!(error.to_string().contains("sidecar expects"), "{error}");
+}
+
+#[test]
+fn compiled_code_is_cached_on_disk_and_reused() {
+    let plugins = tempfile::tempdir().unwrap();
+    write_plugin(plugins.path(), "nobody", "test/nobody", NOBODY);
+    let cache = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cache_dir: Some(cache.path().join("wasm")),
+        ..config(plugins.path())
+    };
+    let cold = Engine::new(config.clone()).unwrap();
+    assert!(cold.plugins().iter().all(|p| !p.load.from_cache));
+    let warm = Engine::new(config).unwrap();
+    assert!(warm.plugins().iter().all(|p| p.load.from_cache));
+    assert_eq!(
+        warm.elect("test/nobody", &request("test/nobody")).unwrap(),
+        None
+    );
+    assert_good_plugin_still_works(&warm);
+}
+
+#[test]
+fn engine_is_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Engine>();
+    let (_dir, engine) = sandbox();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    assert_good_plugin_still_works(&engine);
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+#[test]
+fn wasi_component_is_accepted_only_with_allow_wasi() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_wasi = fixture("test/wasi", NOBODY).replacen(
+        "(component",
+        r#"(component (import "wasi:random/insecure-seed@0.2.0" (instance (export "insecure-seed" (func (result (tuple u64 u64))))))"#,
+        1,
+    );
+    std::fs::write(dir.path().join("wasi.wasm"), with_wasi).unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert!(
+        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "wasi:random/insecure-seed@0.2.0"),
+        "{error}"
+    );
+    let engine = Engine::new(EngineConfig {
+        allow_wasi: true,
+        ..config(dir.path())
+    })
+    .expect("--allow-wasi accepts WASI imports");
+    assert_eq!(
+        engine.elect("test/wasi", &request("test/wasi")).unwrap(),
+        None
+    );
+    assert_good_plugin_still_works(&engine);
+}
+
+/// Builds the fixture crate `fixtures/NAME` for wasm32-wasip2 and returns its component.
+fn build_fixture(name: &str) -> std::path::PathBuf {
+    let target_dir = wasm_build::repo().join("target/wasi-guest");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    wasm_build::cargo_build_wasm(
+        &fixture,
+        &["--locked", "--target-dir", target_dir.to_str().unwrap()],
+    );
+    target_dir.join(format!(
+        "wasm32-wasip2/release/{}.wasm",
+        name.replace('-', "_")
+    ))
+}
+
+#[test]
+fn a_panic_in_an_sdk_plugin_becomes_a_trap_error() {
+    // Built with the SDK, whose panic handler aborts: the host must see a trap, not hang or crash.
+    let wasm = build_fixture("panic-guest");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("panic.wasm")).unwrap();
+    let engine = engine_with(dir.path()).unwrap();
+    for _ in 0..2 {
+        let error = engine
+            .elect("test/panic", &request("test/panic"))
+            .unwrap_err();
+        assert_eq!(error.kind(), "trap", "{error}");
+        assert_good_plugin_still_works(&engine);
+    }
+}
+
+#[test]
+fn a_std_guest_runs_only_with_allow_wasi_and_in_a_deny_all_context() {
+    let wasm = build_fixture("wasi-guest");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("std.wasm")).unwrap();
+    let error = engine_with(dir.path()).unwrap_err();
+    assert!(
+        matches!(&error, EngineError::ForbiddenImport { import, .. } if import.starts_with("wasi:")),
+        "{error}"
+    );
+
+    // The guest names the candidate only if the filesystem, environment, arguments and clocks
+    // were all denied; its stdout and stderr reach the host log.
+    let mut config = config(dir.path());
+    config.allow_wasi = true;
+    let engine = Engine::new(config).expect("a std guest loads with allow_wasi");
+    let log = LogCapture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(log.clone())
+        .finish();
+    let answer = tracing::subscriber::with_default(subscriber, || {
+        engine.elect("test/wasi-std", &request("test/wasi-std"))
+    });
+    assert_eq!(answer.unwrap().as_deref(), Some("new"));
+    let log = log.contents();
+    for line in [
+        "wasi-guest stdout: 2 candidates",
+        "wasi-guest stderr: probing the sandbox",
+    ] {
+        assert!(log.contains(line), "{line:?} not in the host log: {log}");
+    }
+}
+
+/// A log writer whose output a test can read back.
+#[derive(Clone, Default)]
+struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn contents(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
