@@ -26,8 +26,13 @@
 //!
 //! Plugins are `#![no_std]` with `alloc`: a `std` guest for wasm32-wasip2 imports a dozen WASI
 //! interfaces it never uses, which the host refuses. [`export_strategy!`] supplies what `no_std`
-//! needs on wasm32: a global allocator (dlmalloc), a panic handler that logs the panic and traps,
-//! and the `cabi_realloc` export the component model calls to pass data in.
+//! needs on wasm32: a global allocator, a panic handler that logs the panic and traps, and the
+//! `cabi_realloc` export the component model calls to pass data in.
+//!
+//! The allocator is a bump allocator (see [`BumpAllocator`]): every election runs in a fresh
+//! instance that is discarded afterwards, so memory is never reused across calls and freeing it
+//! within one is rarely worth its cost. A plugin that allocates and frees a lot within one call can
+//! use dlmalloc instead with the SDK's `dlmalloc` feature.
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
@@ -58,6 +63,11 @@ pub mod bindings {
 }
 
 pub mod log;
+
+#[cfg(target_arch = "wasm32")]
+mod alloc_bump;
+#[cfg(target_arch = "wasm32")]
+pub use alloc_bump::BumpAllocator;
 
 /// What a strategy author writes: the names the strategy answers to, a description, and the rule.
 pub trait Strategy {
@@ -141,8 +151,25 @@ pub mod __private {
     use alloc::string::{String, ToString};
 
     pub use alloc::string::String as StringType;
-    #[cfg(target_arch = "wasm32")]
-    pub use dlmalloc::GlobalDlmalloc;
+
+    /// The plugin's global allocator: dlmalloc with the `dlmalloc` feature, else the bump
+    /// allocator.
+    #[cfg(all(target_arch = "wasm32", feature = "dlmalloc"))]
+    pub type GlobalAllocator = dlmalloc::GlobalDlmalloc;
+    /// Builds the plugin's global allocator.
+    #[cfg(all(target_arch = "wasm32", feature = "dlmalloc"))]
+    pub const fn global_allocator() -> GlobalAllocator {
+        dlmalloc::GlobalDlmalloc
+    }
+    /// The plugin's global allocator: dlmalloc with the `dlmalloc` feature, else the bump
+    /// allocator.
+    #[cfg(all(target_arch = "wasm32", not(feature = "dlmalloc")))]
+    pub type GlobalAllocator = crate::BumpAllocator;
+    /// Builds the plugin's global allocator.
+    #[cfg(all(target_arch = "wasm32", not(feature = "dlmalloc")))]
+    pub const fn global_allocator() -> GlobalAllocator {
+        crate::BumpAllocator::new()
+    }
 
     /// The `info` export of a plugin built from `S`.
     pub fn info<S: Strategy>(version: &str) -> bindings::PluginInfo {
@@ -157,7 +184,11 @@ pub mod __private {
     pub fn elect<S: Strategy>(
         request: bindings::ElectionRequest,
     ) -> Result<Option<String>, String> {
-        S::elect(&super::request_from_wit(request))
+        let request = super::request_from_wit(request);
+        let answer = S::elect(&request);
+        // The instance is discarded after this call: walking the request to free it is wasted work.
+        core::mem::forget(request);
+        answer
     }
 
     /// Logs a panic through the host's log without allocating (the panic may be an allocation
@@ -252,8 +283,8 @@ macro_rules! export_strategy {
 
         #[cfg(target_arch = "wasm32")]
         #[global_allocator]
-        static __CONCLAVE_ALLOCATOR: $crate::__private::GlobalDlmalloc =
-            $crate::__private::GlobalDlmalloc;
+        static __CONCLAVE_ALLOCATOR: $crate::__private::GlobalAllocator =
+            $crate::__private::global_allocator();
 
         #[cfg(target_arch = "wasm32")]
         #[panic_handler]
