@@ -10,6 +10,12 @@ use std::time::Duration;
 /// How long a term's tasks may take to stop after its token is cancelled (KEP-5366 drain).
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Coordinated mode: how long the Lease may have no holder before the elector reports that no
+/// election controller acts on it ([`crate::Elector::with_controller_timeout`]). An election
+/// takes about one ping round (5 s with kube-apiserver's controller); a minute leaves room for the
+/// election controller's own failover (15 s lease) and a slow API server.
+pub const DEFAULT_CONTROLLER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How often a LeaseCandidate renews `spec.renewTime` when nobody pings it (client-go: 5 min).
 pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
@@ -52,6 +58,21 @@ impl LeaseConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
+    }
+
+    /// A configuration with defaults that fit a pod, for the Lease `name`: the client's default
+    /// namespace (in a pod, kube's in-cluster config reads it from the service account; outside,
+    /// it is the kubeconfig context's, or `default`) and [`crate::default_identity`] (`POD_NAME`,
+    /// else the hostname with a random suffix), with [`LeaseConfig::new`]'s timers.
+    ///
+    /// Build it once per process: without `POD_NAME` every call picks a new identity.
+    #[must_use]
+    pub fn for_client(client: &kube::Client, name: impl Into<String>) -> Self {
+        Self::new(
+            client.default_namespace(),
+            name,
+            crate::identity::default_identity(),
+        )
     }
 
     /// `namespace/name` of the Lease, for messages.

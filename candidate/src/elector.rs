@@ -7,9 +7,11 @@
 //! the record change, never from remote timestamps (client-go's `observedTime`).
 
 use crate::candidate::{Candidate, CandidateHandle};
-use crate::config::{CandidateConfig, DEFAULT_DRAIN_TIMEOUT, LeaseConfig};
+use crate::config::{
+    CandidateConfig, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, LeaseConfig,
+};
 use crate::lock::{LeaseLock, Write};
-use crate::metrics::ElectorMetrics;
+use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
 use crate::{Error, Result, wall_now};
 use conclave_core::k8s::lease_record;
@@ -19,6 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +37,10 @@ const ABORT_GRACE: Duration = Duration::from_secs(1);
 const TRANSITION_BUFFER: usize = 256;
 
 /// What this instance is doing with the Lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Serializes as `{"state": "leading", "term": 3}` (`following`, `leading`, `draining`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
 pub enum LeaderState {
     /// Not leading (healthy; a follower allocates nothing for a term).
     Following,
@@ -51,7 +57,11 @@ pub enum LeaderState {
 }
 
 /// Why a term ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Serializes as `{"reason": "preempted", "preferred_holder": "b"}` (`preempted`, `shutdown`,
+/// `lease-lost`: the [`StopReason::label`]s).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum StopReason {
     /// The Lease's `preferredHolder` named another candidate.
     Preempted {
@@ -78,15 +88,29 @@ impl StopReason {
 }
 
 /// A change of leadership, in the order it happened. Times are wall-clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Order, per term: `Leading` (published before the term's closure is called, so the term's own
+/// work always comes after it), `StoppedLeading` (after the term's tasks finished, so their last
+/// words come before it), `Released` (unless the Lease was lost, or the release failed: then a
+/// [`Notice::ReleaseFailed`]), `Following`. [`Elector::on_transition`] sees them in that order,
+/// inline with the term; subscribers of [`ElectorHandle::transitions`] receive them in that order
+/// too, but on their own task, so their output may interleave with the term's.
+///
+/// Serializes as one flat object tagged by `event`, with RFC 3339 times:
+/// `{"event":"stopped-leading","term":3,"at":"2025-11-30T10:53:20Z","reason":"preempted",
+/// "preferred_holder":"b","leaked_tasks":0}`; `serde_json::to_string` gives a log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Transition {
     /// A term began: user code is starting.
     Leading {
         /// The term number.
         term: u64,
         /// When the term began.
+        #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
         /// When this instance observed itself as holder (the start of its leadership interval).
+        #[serde(serialize_with = "crate::time::serialize")]
         observed_at: Timestamp,
     },
     /// A term ended and its tasks were drained (or aborted past the drain timeout): the end of
@@ -95,8 +119,10 @@ pub enum Transition {
         /// The term number.
         term: u64,
         /// When the drain ended.
+        #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
         /// Why the term ended.
+        #[serde(flatten)]
         reason: StopReason,
         /// Tasks still running at the drain timeout (reported as leaked, then aborted).
         leaked_tasks: usize,
@@ -106,12 +132,72 @@ pub enum Transition {
         /// The term number.
         term: u64,
         /// When the release was written.
+        #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
     },
     /// This instance follows (at start and after each term).
     Following {
         /// When.
+        #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
+    },
+}
+
+/// Something an operator should know that is not a change of leadership: each is also a
+/// metric and one log line (a `warn` for problems), and arrives on [`ElectorHandle::notices`].
+///
+/// Serializes like [`Transition`]: `{"event":"release-failed","term":2,"at":"…","error":"…"}`.
+/// More kinds may be added; match with a wildcard arm.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Notice {
+    /// The Lease could not be released after term `term`, so the next leader waits for it to
+    /// expire (`conclave_candidate_release_failures_total`).
+    ReleaseFailed {
+        /// The term number.
+        term: u64,
+        /// When the release was given up.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+        /// Why, as a sentence.
+        error: String,
+    },
+    /// Coordinated mode: the Lease has had no holder (missing, released or expired) since
+    /// `since`, for the controller timeout: no election controller is acting on it
+    /// (`conclave_candidate_election_unattended` is 1). Is the `CoordinatedLeaderElection`
+    /// feature gate on, or is `conclave run` deployed and able to read LeaseCandidates?
+    NoElectionController {
+        /// When the Lease was first seen without a holder.
+        #[serde(serialize_with = "crate::time::serialize")]
+        since: Timestamp,
+        /// When this was reported.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+    /// After [`Notice::NoElectionController`]: the Lease has a holder again.
+    ElectionControllerActing {
+        /// When the holder was seen.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+}
+
+/// Whether an election controller acts on the Lease, as far as this elector can tell.
+///
+/// Serializes as `{"coordination": "unattended", "since": "…"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "coordination", rename_all = "kebab-case")]
+pub enum Coordination {
+    /// Classic mode: this elector acquires the Lease itself; no controller is involved.
+    NotCoordinated,
+    /// The Lease has a holder, or has had none for less than the controller timeout.
+    Attended,
+    /// The Lease has had no holder since `since`, for at least the controller timeout.
+    Unattended {
+        /// When the Lease was first seen without a holder.
+        #[serde(serialize_with = "crate::time::serialize")]
+        since: Timestamp,
     },
 }
 
@@ -120,14 +206,9 @@ struct Shared {
     state: watch::Sender<LeaderState>,
     leader: watch::Sender<Option<String>>,
     running: watch::Sender<bool>,
+    coordination: watch::Sender<Coordination>,
     transitions: broadcast::Sender<Transition>,
-}
-
-impl Shared {
-    fn emit(&self, transition: Transition) {
-        // No subscriber is fine.
-        let _ = self.transitions.send(transition);
-    }
+    notices: broadcast::Sender<Notice>,
 }
 
 /// Observes a running [`Elector`]: leader state, current leader, transitions, readiness.
@@ -151,10 +232,24 @@ impl ElectorHandle {
         self.shared.leader.subscribe()
     }
 
-    /// Every transition from now on.
+    /// Every transition from now on (a subscriber that falls more than 256 behind misses the
+    /// oldest ones and is told so by `RecvError::Lagged`).
     #[must_use]
     pub fn transitions(&self) -> broadcast::Receiver<Transition> {
         self.shared.transitions.subscribe()
+    }
+
+    /// Every [`Notice`] from now on: failed releases, and an election controller that does not
+    /// act on the Lease.
+    #[must_use]
+    pub fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.shared.notices.subscribe()
+    }
+
+    /// Whether an election controller acts on the Lease, as a watch channel.
+    #[must_use]
+    pub fn coordination(&self) -> watch::Receiver<Coordination> {
+        self.shared.coordination.subscribe()
     }
 
     /// Whether this instance currently leads a term (draining counts as not leading).
@@ -164,7 +259,9 @@ impl ElectorHandle {
     }
 
     /// Readiness: the elector runs and has read the Lease, and (coordinated mode) the
-    /// LeaseCandidate is registered. A follower is ready: following is a healthy state.
+    /// LeaseCandidate is registered. A follower is ready: following is a healthy state, and so
+    /// is an unattended Lease ([`ElectorHandle::coordination`]) for this process, whose
+    /// caches and read paths keep working; report that one through the metric instead.
     #[must_use]
     pub fn is_ready(&self) -> bool {
         *self.shared.running.borrow()
@@ -202,6 +299,8 @@ pub struct Elector {
     lock: LeaseLock,
     mode: Mode,
     drain_timeout: Duration,
+    controller_timeout: Duration,
+    on_transition: Option<TransitionHook>,
     metrics: ElectorMetrics,
     shared: Arc<Shared>,
     candidate: Option<CandidateHandle>,
@@ -213,6 +312,7 @@ impl std::fmt::Debug for Elector {
             .field("lease", self.lock.config())
             .field("mode", &self.mode)
             .field("drain_timeout", &self.drain_timeout)
+            .field("controller_timeout", &self.controller_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -251,16 +351,24 @@ impl Elector {
         mode: Mode,
         candidate: Option<CandidateHandle>,
     ) -> Self {
+        let coordination = match mode {
+            Mode::Classic => Coordination::NotCoordinated,
+            Mode::Coordinated { .. } => Coordination::Attended,
+        };
         Self {
             lock: LeaseLock::new(client, lease),
             mode,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            controller_timeout: DEFAULT_CONTROLLER_TIMEOUT,
+            on_transition: None,
             metrics: ElectorMetrics::default(),
             shared: Arc::new(Shared {
                 state: watch::channel(LeaderState::Following).0,
                 leader: watch::channel(None).0,
                 running: watch::channel(false).0,
+                coordination: watch::channel(coordination).0,
                 transitions: broadcast::channel(TRANSITION_BUFFER).0,
+                notices: broadcast::channel(TRANSITION_BUFFER).0,
             }),
             candidate,
         }
@@ -282,6 +390,30 @@ impl Elector {
         if let Mode::Coordinated { fallback_after, .. } = &mut self.mode {
             *fallback_after = Some(after);
         }
+        self
+    }
+
+    /// Coordinated mode: how long the Lease may stay without a holder (missing, released or
+    /// expired) before the elector reports that no election controller acts on it (default
+    /// [`DEFAULT_CONTROLLER_TIMEOUT`]): [`Coordination::Unattended`], the
+    /// `conclave_candidate_election_unattended` gauge, one `warn` log and a
+    /// [`Notice::NoElectionController`]; once, not at every poll. An election normally takes
+    /// one ping round (kube-apiserver's controller waits 5 s for answers); keep this above the
+    /// election controller's own failover time. Ignored in classic mode.
+    #[must_use]
+    pub fn with_controller_timeout(mut self, timeout: Duration) -> Self {
+        self.controller_timeout = timeout;
+        self
+    }
+
+    /// Calls `hook` with every [`Transition`], inline on the elector's task and in order with
+    /// the terms: `Leading` before the term's closure is called, `StoppedLeading` after its
+    /// tasks finished. Use it for logs that must read in order with the term's own (e.g.
+    /// `tracing::info!(transition = %serde_json::to_string(t)?)`). Keep it quick: the elector
+    /// waits for it, renewals included.
+    #[must_use]
+    pub fn on_transition(mut self, hook: impl FnMut(&Transition) + Send + 'static) -> Self {
+        self.on_transition = Some(std::sync::Mutex::new(Box::new(hook)));
         self
     }
 
@@ -318,6 +450,8 @@ impl Elector {
             lock,
             mode,
             drain_timeout,
+            controller_timeout,
+            on_transition,
             metrics,
             shared,
             ..
@@ -333,6 +467,7 @@ impl Elector {
             changes_tx,
             watch_stop.clone(),
         ));
+        let coordinated = matches!(mode, Mode::Coordinated { .. });
         let (take, strategy, candidate) = match mode {
             Mode::Classic => (Take::Always, None, None),
             Mode::Coordinated {
@@ -375,11 +510,17 @@ impl Elector {
             observed: Observed::default(),
             terms: 0,
             fatal: None,
+            on_transition,
+            attendance: coordinated.then_some(Attendance {
+                timeout: controller_timeout,
+                free_since: None,
+                reported: false,
+            }),
         };
-        runner.shared.emit(Transition::Following { at: wall_now() });
+        runner.emit(Transition::Following { at: wall_now() });
         while let Some(won) = runner.follow().await {
             runner.lead(won, &mut lead).await;
-            runner.shared.emit(Transition::Following { at: wall_now() });
+            runner.emit(Transition::Following { at: wall_now() });
         }
         runner.stop_candidate().await;
         runner.shared.running.send_replace(false);
@@ -387,6 +528,18 @@ impl Elector {
         let _ = watcher.await;
         runner.fatal.map_or(Ok(()), Err)
     }
+}
+
+/// A user's [`Elector::on_transition`] hook (in a mutex so the elector stays `Sync` with a hook
+/// that is only `Send`; only the elector's task calls it).
+type TransitionHook = std::sync::Mutex<Box<dyn FnMut(&Transition) + Send>>;
+
+/// Coordinated mode: since when the Lease has had no holder, and whether that was reported.
+struct Attendance {
+    timeout: Duration,
+    /// Local and wall-clock time of the first observation without a holder.
+    free_since: Option<(Instant, Timestamp)>,
+    reported: bool,
 }
 
 /// When a follower may take the Lease itself.
@@ -474,6 +627,8 @@ struct Runner {
     observed: Observed,
     terms: u64,
     fatal: Option<Error>,
+    on_transition: Option<TransitionHook>,
+    attendance: Option<Attendance>,
 }
 
 /// What a leader's check of the Lease found.
@@ -493,6 +648,70 @@ impl Runner {
 
     fn identity(&self) -> &str {
         &self.lock.config().identity
+    }
+
+    /// Publishes a transition: the user's hook first (inline), then the broadcast channel.
+    fn emit(&mut self, transition: Transition) {
+        if let Some(hook) = self.on_transition.as_mut() {
+            let hook = hook
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            hook(&transition);
+        }
+        // No subscriber is fine.
+        let _ = self.shared.transitions.send(transition);
+    }
+
+    fn notify(&self, notice: Notice) {
+        // No subscriber is fine.
+        let _ = self.shared.notices.send(notice);
+    }
+
+    fn api_error(&self, operation: Operation) {
+        self.metrics
+            .api_error(&self.config().key(), self.identity(), operation);
+    }
+
+    /// Coordinated mode: records whether the Lease has a holder now, and reports a change of
+    /// [`Coordination`] once (state, metric, log, notice).
+    fn attend(&mut self, has_holder: bool, now: Instant) {
+        let key = self.config().key();
+        let identity = self.identity().to_owned();
+        let Some(attendance) = self.attendance.as_mut() else {
+            return;
+        };
+        if has_holder {
+            attendance.free_since = None;
+            if std::mem::take(&mut attendance.reported) {
+                tracing::info!(lease = %key, "the Lease has a holder again: an election controller is acting");
+                self.metrics.set_unattended(&key, &identity, false);
+                self.shared
+                    .coordination
+                    .send_replace(Coordination::Attended);
+                self.notify(Notice::ElectionControllerActing { at: wall_now() });
+            }
+            return;
+        }
+        let (since, since_wall) = *attendance.free_since.get_or_insert((now, wall_now()));
+        if attendance.reported || now.duration_since(since) < attendance.timeout {
+            return;
+        }
+        attendance.reported = true;
+        tracing::warn!(
+            lease = %key,
+            without_holder_for = ?now.duration_since(since),
+            "no election controller acts on the Lease: it has had no holder for the controller \
+             timeout; is the CoordinatedLeaderElection feature gate on, or an election \
+             controller (conclave run) deployed?"
+        );
+        self.metrics.set_unattended(&key, &identity, true);
+        self.shared
+            .coordination
+            .send_replace(Coordination::Unattended { since: since_wall });
+        self.notify(Notice::NoElectionController {
+            since: since_wall,
+            at: wall_now(),
+        });
     }
 
     fn publish_holder(&self, record: Option<&LeaseRecord>) {
@@ -529,17 +748,24 @@ impl Runner {
                 Ok(Ok(lease)) => lease,
                 Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed");
+                    self.api_error(Operation::Read);
                     self.pause().await;
                     continue;
                 }
                 Err(_) => {
                     tracing::warn!(lease = %self.config().key(), "reading the Lease timed out");
+                    self.api_error(Operation::Read);
                     continue;
                 }
             };
             self.shared.running.send_replace(true);
             let now = Instant::now();
             self.observed.observe(lease.as_ref(), now);
+            let has_holder = lease.as_ref().is_some_and(|lease| {
+                let record = lease_record(lease);
+                record.holder().is_some() && self.observed.fresh(&record, now)
+            });
+            self.attend(has_holder, now);
             let attempt = match &lease {
                 None => {
                     self.publish_holder(None);
@@ -589,7 +815,8 @@ impl Runner {
                     Ok(Write::Conflict) => Some(Attempt::Retry),
                     Ok(Write::Done(_)) => None,
                     Err(error) => {
-                        tracing::warn!(%error, "releasing failed");
+                        tracing::warn!(lease = %self.config().key(), %error, "releasing failed");
+                        self.api_error(Operation::Release);
                         None
                     }
                 };
@@ -623,9 +850,14 @@ impl Runner {
             Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
             Ok(Err(error)) => {
                 tracing::warn!(lease = %self.config().key(), %error, "writing the Lease failed");
+                self.api_error(Operation::Write);
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                tracing::warn!(lease = %self.config().key(), "writing the Lease timed out");
+                self.api_error(Operation::Write);
+                None
+            }
         }
     }
 
@@ -642,9 +874,14 @@ impl Runner {
             Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
             Ok(Err(error)) => {
                 tracing::warn!(lease = %self.config().key(), %error, "creating the Lease failed");
+                self.api_error(Operation::Create);
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                tracing::warn!(lease = %self.config().key(), "creating the Lease timed out");
+                self.api_error(Operation::Create);
+                None
+            }
         }
     }
 
@@ -671,6 +908,7 @@ impl Runner {
             },
         );
         self.observed.observe(Some(&won.lease), Instant::now());
+        self.attend(true, Instant::now());
         self.publish_holder(Some(&record));
         self.metrics.term_started(&key, self.identity());
         self.metrics.set_leader(&key, self.identity(), true);
@@ -678,7 +916,9 @@ impl Runner {
             .state
             .send_replace(LeaderState::Leading { term: number });
         tracing::info!(lease = %key, identity = self.identity(), term = number, "started leading");
-        self.shared.emit(Transition::Leading {
+        // Published (hook, broadcast) before the closure is even called: the term's work comes
+        // after `Leading` wherever it is observed.
+        self.emit(Transition::Leading {
             term: number,
             at: wall_now(),
             observed_at: won.observed_at,
@@ -739,7 +979,7 @@ impl Runner {
         }
         self.metrics.set_leader(&key, self.identity(), false);
         let shutdown = reason == StopReason::Shutdown;
-        self.shared.emit(Transition::StoppedLeading {
+        self.emit(Transition::StoppedLeading {
             term: number,
             at: stopped_at,
             reason,
@@ -749,15 +989,31 @@ impl Runner {
         if shutdown {
             self.stop_candidate().await;
         }
-        if still_held && stopped {
-            if self.release().await {
-                self.shared.emit(Transition::Released {
-                    term: number,
-                    at: wall_now(),
-                });
+        let failure = if still_held && stopped {
+            match self.release().await {
+                Release::Released => {
+                    self.emit(Transition::Released {
+                        term: number,
+                        at: wall_now(),
+                    });
+                    None
+                }
+                Release::NotHeld => None,
+                Release::Failed(error) => Some(error),
             }
         } else if !stopped {
             tracing::error!(lease = %key, term = number, "aborted tasks did not stop; not releasing (the Lease will expire)");
+            Some("the term's tasks did not stop after they were aborted, so the Lease was not released; it will expire".to_owned())
+        } else {
+            None
+        };
+        if let Some(error) = failure {
+            self.metrics.release_failed(&key, self.identity());
+            self.notify(Notice::ReleaseFailed {
+                term: number,
+                at: wall_now(),
+                error,
+            });
         }
         self.shared.state.send_replace(LeaderState::Following);
     }
@@ -825,6 +1081,7 @@ impl Runner {
                 Ok(Ok(None)) => return Check::Lost,
                 Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed while leading");
+                    self.api_error(Operation::Read);
                     return Check::Holding;
                 }
                 Err(_) => return Check::Holding,
@@ -859,6 +1116,7 @@ impl Runner {
                 Ok(Ok(Write::Conflict)) => continue,
                 Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config().key(), %error, "renewing the Lease failed");
+                    self.api_error(Operation::Write);
                     return Check::Holding;
                 }
                 Err(_) => return Check::Holding,
@@ -868,7 +1126,7 @@ impl Runner {
     }
 
     /// Releases the Lease if this instance still holds it. Bounded by the renew deadline.
-    async fn release(&mut self) -> bool {
+    async fn release(&mut self) -> Release {
         let key = self.config().key();
         let deadline = Instant::now() + self.config().renew_deadline;
         let attempt = async {
@@ -889,20 +1147,23 @@ impl Runner {
             }
         };
         match tokio::time::timeout_at(deadline, attempt).await {
-            Ok(Ok(released)) => {
-                if released {
-                    self.publish_holder(None);
-                    tracing::info!(lease = %key, "released the Lease");
-                }
-                released
+            Ok(Ok(true)) => {
+                self.publish_holder(None);
+                tracing::info!(lease = %key, "released the Lease");
+                Release::Released
             }
+            Ok(Ok(false)) => Release::NotHeld,
             Ok(Err(error)) => {
                 tracing::warn!(lease = %key, %error, "releasing the Lease failed; it will expire");
-                false
+                self.api_error(Operation::Release);
+                Release::Failed(format!("{error}; the Lease will expire instead"))
             }
             Err(_) => {
                 tracing::warn!(lease = %key, "releasing the Lease timed out; it will expire");
-                false
+                self.api_error(Operation::Release);
+                Release::Failed(format!(
+                    "releasing Lease {key} took longer than the renew deadline; it will expire instead"
+                ))
             }
         }
     }
@@ -926,6 +1187,16 @@ impl Runner {
             ),
         }
     }
+}
+
+/// What the release after a term did.
+enum Release {
+    /// Written: the Lease names nobody.
+    Released,
+    /// Nothing to do: this instance no longer holds the Lease.
+    NotHeld,
+    /// The release could not be written; why, as a sentence.
+    Failed(String),
 }
 
 /// What a follower's attempt to lead produced.
@@ -985,5 +1256,101 @@ async fn watch_lease(
             *current = version;
             changed
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn transitions_serialize_as_flat_objects_with_rfc3339_times() {
+        let at = Timestamp::from_secs(1_764_500_000);
+        let table = [
+            (
+                serde_json::to_value(Transition::StoppedLeading {
+                    term: 3,
+                    at,
+                    reason: StopReason::Preempted {
+                        preferred_holder: "b".into(),
+                    },
+                    leaked_tasks: 1,
+                }),
+                json!({
+                    "event": "stopped-leading", "term": 3, "at": "2025-11-30T10:53:20Z",
+                    "reason": "preempted", "preferred_holder": "b", "leaked_tasks": 1,
+                }),
+            ),
+            (
+                serde_json::to_value(Transition::StoppedLeading {
+                    term: 4,
+                    at,
+                    reason: StopReason::LeaseLost,
+                    leaked_tasks: 0,
+                }),
+                json!({
+                    "event": "stopped-leading", "term": 4, "at": "2025-11-30T10:53:20Z",
+                    "reason": "lease-lost", "leaked_tasks": 0,
+                }),
+            ),
+            (
+                serde_json::to_value(Transition::Leading {
+                    term: 1,
+                    at,
+                    observed_at: Timestamp::from_micros(1_764_500_000_000_001),
+                }),
+                json!({
+                    "event": "leading", "term": 1, "at": "2025-11-30T10:53:20Z",
+                    "observed_at": "2025-11-30T10:53:20.000001Z",
+                }),
+            ),
+            (
+                serde_json::to_value(Transition::Following { at }),
+                json!({ "event": "following", "at": "2025-11-30T10:53:20Z" }),
+            ),
+            (
+                serde_json::to_value(LeaderState::Draining { term: 2 }),
+                json!({ "state": "draining", "term": 2 }),
+            ),
+            (
+                serde_json::to_value(LeaderState::Following),
+                json!({ "state": "following" }),
+            ),
+            (
+                serde_json::to_value(Notice::ReleaseFailed {
+                    term: 2,
+                    at,
+                    error: "the API server said no".into(),
+                }),
+                json!({
+                    "event": "release-failed", "term": 2, "at": "2025-11-30T10:53:20Z",
+                    "error": "the API server said no",
+                }),
+            ),
+            (
+                serde_json::to_value(Coordination::Unattended { since: at }),
+                json!({ "coordination": "unattended", "since": "2025-11-30T10:53:20Z" }),
+            ),
+        ];
+        for (got, want) in table {
+            assert_eq!(got.unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn stop_reason_labels_match_their_serialized_form() {
+        for reason in [
+            StopReason::Preempted {
+                preferred_holder: "b".into(),
+            },
+            StopReason::Shutdown,
+            StopReason::LeaseLost,
+        ] {
+            assert_eq!(
+                serde_json::to_value(&reason).unwrap()["reason"],
+                reason.label()
+            );
+        }
     }
 }

@@ -15,11 +15,14 @@
 //!
 //! ```no_run
 //! # async fn demo(kube_config: kube::Config) -> Result<(), Box<dyn std::error::Error>> {
-//! use conclave_candidate::{Elector, LeaseConfig, Term};
+//! use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term};
 //! use tokio_util::sync::CancellationToken;
 //! let client = conclave_candidate::client(kube_config)?;
-//! let config = LeaseConfig::new("kube-system", "my-controller", "pod-a");
-//! let elector = Elector::classic(client, config)?;
+//! // The client's namespace (the service account's, in a pod) and $POD_NAME as identity.
+//! let config = LeaseConfig::for_client(&client, "my-controller");
+//! let candidate = CandidateConfig::new("1.33.0", "1.33.0", "OldestEmulationVersion");
+//! let elector = Elector::coordinated(client, config, candidate)?
+//!     .on_transition(|t| tracing::info!(transition = %serde_json::to_string(t).unwrap_or_default()));
 //! let shutdown = CancellationToken::new();
 //! elector
 //!     .run(
@@ -34,30 +37,112 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Versions
+//!
+//! - kube 5 (`kube-runtime` and `kube-client` 5.0 or later within 5.x) and k8s-openapi 0.29. As a
+//!   library this crate enables no k8s-openapi version feature: the component's binary enables
+//!   one, `v1_33` or later (LeaseCandidate `coordination.k8s.io/v1beta1`).
+//! - An election controller for coordinated mode: kube-apiserver 1.33 or later with the
+//!   `CoordinatedLeaderElection` feature gate (and `coordination.k8s.io/v1beta1` served), or
+//!   Conclave's `conclave run`. Classic mode needs only Leases.
+//! - prometheus-client 0.26, whose [`Registry`] [`ElectorMetrics::register`] takes (re-exported,
+//!   as is [`Timestamp`], the type of every time in [`Transition`] and [`TermLease`]).
+//! - Rust 1.95 (edition 2024), Tokio 1.
+//!
+//! # Seeing what happens: logs, metrics, transitions
+//!
+//! The crate logs with [`tracing`]. Nothing is printed unless the binary installs a subscriber,
+//! e.g. with `tracing-subscriber` (`features = ["env-filter"]`):
+//! `tracing_subscriber::fmt().with_env_filter("info").init();`. Warnings (failed renewals,
+//! failed releases, a Lease no election controller attends to) and errors (leaked term tasks)
+//! matter in production.
+//!
+//! Logs are not the only channel. Every problem is also:
+//! - a metric ([`ElectorMetrics::register`]): leaked tasks, failed releases, failed API requests
+//!   by operation, and whether the Lease is unattended;
+//! - a value: [`Transition::StoppedLeading`] counts leaked tasks; [`ElectorHandle::notices`]
+//!   carries [`Notice::ReleaseFailed`] and [`Notice::NoElectionController`];
+//!   [`ElectorHandle::coordination`] says whether an election controller acts on the Lease.
+//!
+//! Transitions, notices and states serialize (serde) as flat JSON objects with RFC 3339 times,
+//! ready for a log line or an event shipper. [`Elector::on_transition`] sees transitions inline,
+//! in order with the term's own work; [`ElectorHandle::transitions`] delivers them to other
+//! tasks.
+//!
+//! # Timing guide
+//!
+//! Three timers of [`LeaseConfig`] and the drain timeout decide how fast leadership moves and how
+//! safe that is. With `D` = `lease_duration`, `R` = `renew_deadline`, `P` = `retry_period`:
+//!
+//! | setting | default | longer means | shorter means |
+//! |---|---|---|---|
+//! | `lease_duration` `D` | 15 s | slower failover after a crash: the others wait `D` after the last renewal | faster failover; `D - R` must still cover scheduling and clock-rate hiccups |
+//! | `renew_deadline` `R` | 10 s | the leader rides out longer API-server trouble before it stops | it gives up sooner; the margin `D - R`, in which a leader that lost contact stops its work before anyone may take over, grows |
+//! | `retry_period` `P` | 2 s | fewer writes (the leader renews every `P`: one write each) | more writes; a follower's poll after a crash is sooner |
+//! | drain timeout ([`Elector::with_drain_timeout`]) | 10 s | term tasks get longer to finish | a hand-off waits at most this for stubborn tasks, which are then reported as leaked |
+//!
+//! What they give, measured with `candidate/benches/handoff.rs` against a real kube-apiserver
+//! v1.37.2 (docs/benchmarks.md, "Candidate library: hand-off and failover"; p50 / largest):
+//! - **Graceful hand-off** (pre-emption, shutdown) does not wait for any timer: followers watch
+//!   the Lease, so a release is taken over within one write and one watch event. Coordinated,
+//!   `preferredHolder` written → new leader leading: 56 / 110 ms; classic, shutdown → new
+//!   leader: 84 / 171 ms. Add the time the term's own tasks take to stop (at most the drain
+//!   timeout).
+//! - **Crash failover** waits for the Lease to expire: up to `D` after the last renewal, plus up
+//!   to `P` until a follower's next poll (classic), or until the election controller elects
+//!   (coordinated: kube-apiserver's controller checks every 5 s and pings the candidates before
+//!   it elects). With `D`/`R`/`P` = 5 s / 3 s / 1 s: crash → new leader 4.6 / 4.6 s coordinated
+//!   (with a simulated controller), 4.9 / 5.1 s classic. With the defaults expect about `D + P`
+//!   = 15 to 17 s classic; 18.6 s was seen in coordinated mode with kube-apiserver's controller.
+//! - **Load**: one Lease write per leader per `P`, a watch per elector, and in coordinated mode
+//!   one LeaseCandidate write per 5 minutes and per ping.
+//!
+//! Client-go's defaults (15 s / 10 s / 2 s) suit most components. For faster failover, scale
+//! the three together (5 s / 3 s / 1 s above keeps `R` ≥ 3 `P`, so two failed renewals in a row
+//! are survived). Keep `R` well below `D`: [`LeaseConfig::validate`] refuses `R ≥ D`.
 #![forbid(unsafe_code)]
 
 mod candidate;
 mod client;
 mod config;
 mod elector;
+mod identity;
 mod lock;
 mod metrics;
 mod term;
+mod time;
 
 pub use candidate::{Candidate, CandidateHandle};
 pub use client::client;
-pub use config::{CandidateConfig, DEFAULT_DRAIN_TIMEOUT, DEFAULT_RENEW_INTERVAL, LeaseConfig};
-pub use elector::{Elector, ElectorHandle, LeaderState, StopReason, Transition};
-pub use metrics::ElectorMetrics;
+pub use config::{
+    CandidateConfig, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_RENEW_INTERVAL,
+    LeaseConfig,
+};
+pub use elector::{
+    Coordination, Elector, ElectorHandle, LeaderState, Notice, StopReason, Transition,
+};
+pub use identity::{
+    POD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE_FILE, default_identity, service_account_namespace,
+};
+pub use metrics::{ElectorMetrics, Operation};
 pub use term::{Term, TermLease};
+pub use time::rfc3339;
+
+/// The time of every [`Transition`], [`Notice`] and [`TermLease`]: microseconds since the Unix
+/// epoch (a Kubernetes `MicroTime`); [`rfc3339`] formats it.
+pub use conclave_core::time::Timestamp;
+/// The registry [`ElectorMetrics::register`] takes (prometheus-client's).
+pub use prometheus_client::registry::Registry;
 
 use conclave_core::validation::FieldError;
 
-/// Everything that can go wrong in this crate. Errors name the object they are about.
+/// Everything that can go wrong in this crate. Each message is a sentence that names the object
+/// it is about and, where there is one, what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A [`LeaseConfig`] or [`CandidateConfig`] cannot work; fix the named setting.
-    #[error("invalid configuration for Lease {lease}: {reason}")]
+    #[error("the configuration for Lease {lease} cannot work: {reason}")]
     InvalidConfig {
         /// `namespace/name` of the Lease.
         lease: String,
@@ -66,7 +151,7 @@ pub enum Error {
     },
     /// The LeaseCandidate this component would send breaks kube-apiserver's validation; nothing
     /// was sent.
-    #[error("{message} (checked locally, nothing was sent)")]
+    #[error("the LeaseCandidate would be refused: {message} (checked locally; nothing was sent)")]
     InvalidCandidate {
         /// The message kube-apiserver would have answered with.
         message: String,
@@ -90,7 +175,7 @@ pub enum Error {
         wanted: String,
     },
     /// A Kubernetes API request failed.
-    #[error("{action} {object}: {source}")]
+    #[error("could not {action} {object}: {source}")]
     Kube {
         /// What was being done (`get Lease`, `create LeaseCandidate`, ...).
         action: &'static str,
@@ -100,6 +185,20 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+}
+
+impl Error {
+    /// A short label for metrics and structured logs: `invalid-config`, `invalid-candidate`,
+    /// `candidate-for-other-lease` or `kube-api`.
+    #[must_use]
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidConfig { .. } => "invalid-config",
+            Self::InvalidCandidate { .. } => "invalid-candidate",
+            Self::CandidateForOtherLease { .. } => "candidate-for-other-lease",
+            Self::Kube { .. } => "kube-api",
+        }
+    }
 }
 
 /// `Result` with this crate's [`Error`].
@@ -123,4 +222,33 @@ fn is_already_exists(error: &kube::Error) -> bool {
 /// The wall clock as a core timestamp (microsecond precision, like `MicroTime`).
 fn wall_now() -> conclave_core::time::Timestamp {
     conclave_core::k8s::timestamp(jiff::Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_read_as_sentences_naming_their_object() {
+        let config = LeaseConfig {
+            renew_deadline: std::time::Duration::from_secs(20),
+            ..LeaseConfig::new("kube-system", "my-lease", "a")
+        };
+        let error = config.validate().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the configuration for Lease kube-system/my-lease cannot work: renew_deadline 20s \
+             must be shorter than lease_duration 15s"
+        );
+        assert_eq!(error.metric_label(), "invalid-config");
+        let error = CandidateConfig::new("1.33.0", "1.34.0", "OldestEmulationVersion")
+            .validate(&LeaseConfig::new("kube-system", "my-lease", "a"))
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("the LeaseCandidate would be refused: ")
+                && message.ends_with("(checked locally; nothing was sent)"),
+            "{message}"
+        );
+    }
 }

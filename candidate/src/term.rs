@@ -8,8 +8,8 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 
-/// What the Lease said when the term began.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the Lease said when the term began. Serializes with RFC 3339 times.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TermLease {
     /// Namespace of the Lease.
     pub namespace: String,
@@ -22,8 +22,10 @@ pub struct TermLease {
     /// `spec.leaseTransitions` when the term began.
     pub lease_transitions: Option<i32>,
     /// `spec.acquireTime` when the term began.
+    #[serde(serialize_with = "crate::time::serialize_option")]
     pub acquire_time: Option<Timestamp>,
     /// Wall-clock time at which this instance observed itself as holder.
+    #[serde(serialize_with = "crate::time::serialize")]
     pub observed_at: Timestamp,
 }
 
