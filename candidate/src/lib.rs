@@ -1,14 +1,16 @@
 //! conclave-candidate: take part in Kubernetes coordinated leader election (KEP-4355) and hand
 //! leadership over gracefully (KEP-5366) without leaving the process.
 //!
-//! Three pieces, named as in the KEPs:
+//! Four pieces, named as in the KEPs:
 //! - [`Candidate`]: the component's own LeaseCandidate (create or update, renew every 5 min and
 //!   at once when pinged, delete on graceful shutdown);
 //! - [`Elector`]: watches the Lease and leads while it names this identity as holder;
 //!   [`Elector::coordinated`] never acquires (an election controller assigns the holder, spec
 //!   §8.2), [`Elector::classic`] acquires free or expired Leases itself;
 //! - [`Term`]: one period of leadership. User code runs inside it; its token is cancelled and
-//!   its tasks are drained before the Lease is released.
+//!   its tasks are drained before the Lease is released;
+//! - [`WarmCache`]: a reflector kept running while following, so a term's controller starts on
+//!   a warm cache, without a LIST ([`warm`] shows a `kube_runtime::Controller` run this way).
 //!
 //! Build the `kube::Client` with [`client()`]: kube's default client leaves Nagle's algorithm on,
 //! which can hold each small write (a renewal, a release) for about 40 ms.
@@ -112,6 +114,7 @@ mod lock;
 mod metrics;
 mod term;
 mod time;
+pub mod warm;
 
 pub use candidate::{Candidate, CandidateHandle};
 pub use client::client;
@@ -128,6 +131,7 @@ pub use identity::{
 pub use metrics::{ElectorMetrics, Operation};
 pub use term::{Term, TermLease};
 pub use time::rfc3339;
+pub use warm::WarmCache;
 
 /// The time of every [`Transition`], [`Notice`] and [`TermLease`]: microseconds since the Unix
 /// epoch (a Kubernetes `MicroTime`); [`rfc3339`] formats it.

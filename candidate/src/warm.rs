@@ -1,0 +1,274 @@
+//! Controllers that run only while leading, on caches kept warm while following.
+//!
+//! KEP-4355 lets a candidate "warm up (e.g. start informers to pull k8s objects) before actually
+//! becoming the leader". A [`WarmCache`] is that informer: a reflector started once per process,
+//! kept running while the process follows, and shared by every term. What runs only while
+//! leading (reconcilers, writers) reads it:
+//!
+//! - [`WarmCache::store`] is the reflector's [`Store`], for plain tasks and for a controller;
+//! - [`WarmCache::triggers`] is one term's stream of objects to reconcile: every object in the
+//!   cache when the term starts (what a fresh controller's initial LIST would give, without the
+//!   LIST), then every change, until the term ends.
+//!
+//! With a `kube_runtime::Controller` (`Controller::for_stream` needs kube's `unstable-runtime`
+//! feature, or kube-runtime's `unstable-runtime-stream-control`), inside the term's closure:
+//!
+//! ```no_run
+//! # use conclave_candidate::{Term, WarmCache};
+//! # use k8s_openapi::api::coordination::v1::Lease;
+//! # use kube::runtime::controller::{Action, Controller};
+//! # use futures::StreamExt;
+//! # use std::sync::Arc;
+//! # async fn reconcile(_: Arc<Lease>, _: Arc<()>) -> Result<Action, kube::Error> { Ok(Action::await_change()) }
+//! # fn error_policy(_: Arc<Lease>, _: &kube::Error, _: Arc<()>) -> Action { Action::await_change() }
+//! # fn lead(cache: WarmCache<Lease>, term: Term) {
+//! let controller = Controller::for_stream(cache.triggers(&term), cache.store())
+//!     // Finish the reconciles in flight, start no new one, once the term ends.
+//!     .graceful_shutdown_on(term.token().clone().cancelled_owned())
+//!     .run(reconcile, error_policy, Arc::new(()))
+//!     .for_each(|_| async {});
+//! // A task of the term: the Lease is released only after it returned.
+//! term.spawn(controller);
+//! # }
+//! ```
+//!
+//! Without unstable kube features, `kube::runtime::controller::applier` takes the same store
+//! and `cache.triggers(&term).map_ok(|o| ObjectRef::from_obj(&o))` as its queue.
+//!
+//! Nothing reconciles outside a term: the triggers end when the term's token is cancelled, the
+//! controller then drains, and the elector releases the Lease only after the term's tasks (the
+//! controller among them) have returned. `examples/controller.rs` is a whole component.
+
+use crate::term::Term;
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{Lookup, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+/// Changes buffered per term; a term that falls further behind replays the whole cache instead
+/// (reconcilers are level-triggered, so a replay loses nothing).
+const CHANGE_BUFFER: usize = 1024;
+
+/// A reflector that keeps a cache of `K` current from its creation until its last clone is
+/// dropped, across terms; see the [module docs](self).
+///
+/// Cheap to clone (clones share the cache); create it before [`crate::Elector::run`] and move
+/// clones into the term's closure.
+pub struct WarmCache<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    inner: Arc<Inner<K>>,
+}
+
+struct Inner<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    changes: broadcast::Sender<Arc<K>>,
+    stop: CancellationToken,
+}
+
+impl<K> Drop for Inner<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl<K> Clone for WarmCache<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> Debug for WarmCache<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmCache")
+            .field("objects", &self.inner.store.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> WarmCache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Starts watching `api` with `config` on a task of its own (call it inside a Tokio
+    /// runtime). The first LIST happens now, while following; terms then start on a warm cache.
+    /// Watch errors are retried with kube's default backoff and logged as `warn`.
+    #[must_use]
+    pub fn new(api: Api<K>, config: watcher::Config) -> Self {
+        let writer = Writer::default();
+        let store = writer.as_reader();
+        let changes = broadcast::channel(CHANGE_BUFFER).0;
+        let stop = CancellationToken::new();
+        let events = watcher(api, config).default_backoff();
+        tokio::spawn(reflect(writer, events, changes.clone(), stop.clone()));
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                changes,
+                stop,
+            }),
+        }
+    }
+}
+
+impl<K> WarmCache<K>
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    /// The cache, filled while following. `store().wait_until_ready()` resolves once the first
+    /// LIST is in (for a readiness probe, or to lead only on a warm cache).
+    #[must_use]
+    pub fn store(&self) -> Store<K> {
+        self.inner.store.clone()
+    }
+
+    /// The objects to reconcile in `term`: every object in the cache once it is ready, then each
+    /// object as it is created or changed (deletions are not sent: use finalizers). Ends when
+    /// the term ends. The item type is what `Controller::for_stream` takes; it is never `Err`.
+    ///
+    /// Makes no API request: a term started on a warm cache reconciles from memory.
+    pub fn triggers(
+        &self,
+        term: &Term,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + use<K> {
+        // Subscribed before the snapshot is taken, so no change falls between the two.
+        let state = Triggers {
+            store: self.inner.store.clone(),
+            changes: self.inner.changes.subscribe(),
+            phase: Phase::Warming,
+        };
+        futures::stream::unfold(state, Triggers::next)
+            .take_until(term.token().clone().cancelled_owned())
+            .map(Ok)
+    }
+}
+
+/// Keeps the store current and announces each applied object once the store shows it.
+async fn reflect<K>(
+    mut writer: Writer<K>,
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    changes: broadcast::Sender<Arc<K>>,
+    stop: CancellationToken,
+) where
+    K: Resource<DynamicType = ()> + Clone + Debug + 'static,
+{
+    let mut events = std::pin::pin!(events);
+    let kind = K::kind(&());
+    // A (re)list is applied to the store at its end; its objects are announced then, so a
+    // reconciler never gets an object the store does not have yet.
+    let mut listed: Vec<K> = Vec::new();
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = events.next() => event,
+        };
+        let event = match event {
+            None => return,
+            Some(Ok(event)) => event,
+            Some(Err(error)) => {
+                tracing::warn!(%kind, %error, "warm cache: watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        writer.apply_watcher_event(&event);
+        match event {
+            watcher::Event::Apply(object) => {
+                // No subscriber (no term running) is fine.
+                let _ = changes.send(Arc::new(object));
+            }
+            watcher::Event::Init => listed.clear(),
+            watcher::Event::InitApply(object) => listed.push(object),
+            watcher::Event::InitDone => {
+                tracing::debug!(%kind, objects = listed.len(), "warm cache: listed");
+                for object in listed.drain(..) {
+                    let _ = changes.send(Arc::new(object));
+                }
+            }
+            watcher::Event::Delete(_) => {}
+        }
+    }
+}
+
+/// The state of one term's [`WarmCache::triggers`].
+struct Triggers<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    changes: broadcast::Receiver<Arc<K>>,
+    phase: Phase<K>,
+}
+
+enum Phase<K> {
+    /// Waiting for the cache's first LIST.
+    Warming,
+    /// Sending a snapshot of the cache.
+    Replaying(std::vec::IntoIter<Arc<K>>),
+    /// Sending changes as they come.
+    Live,
+}
+
+impl<K> Triggers<K>
+where
+    K: Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone,
+{
+    async fn next(mut self) -> Option<(K, Self)> {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Live) {
+                Phase::Warming => {
+                    // Err: the cache was dropped before its first LIST.
+                    self.store.wait_until_ready().await.ok()?;
+                    self.phase = Phase::Replaying(self.store.state().into_iter());
+                }
+                Phase::Replaying(mut objects) => {
+                    if let Some(object) = objects.next() {
+                        self.phase = Phase::Replaying(objects);
+                        return Some((K::clone(&object), self));
+                    }
+                }
+                Phase::Live => match self.changes.recv().await {
+                    Ok(object) => return Some((K::clone(&object), self)),
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(
+                            missed,
+                            "warm cache: term fell behind; replaying the cache"
+                        );
+                        self.phase = Phase::Replaying(self.store.state().into_iter());
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}

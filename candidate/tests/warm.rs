@@ -1,0 +1,223 @@
+//! A `kube_runtime::Controller` run per term on a [`WarmCache`]: a term started on the warm cache
+//! makes no LIST, and nothing is reconciled outside a term.
+
+mod common;
+
+use common::*;
+use conclave_candidate::{Elector, ElectorHandle, Term, Transition, WarmCache};
+use conclave_emulator::RunningEmulator;
+use futures::StreamExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::client::ConfigExt as _;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const LABEL: &str = "example.com/warm";
+const NOTE: &str = "example.com/note";
+
+/// One call of the reconciler.
+#[derive(Debug, Clone)]
+struct Reconciled {
+    term: u64,
+    name: String,
+    note: Option<String>,
+    /// The term was running and the elector leading when the call began.
+    in_term: bool,
+}
+
+struct Context {
+    term: Term,
+    elector: ElectorHandle,
+    log: Arc<Mutex<Vec<Reconciled>>>,
+}
+
+/// A client that counts the LIST requests it sends (GETs of a collection without `watch`).
+fn counting_client(emulator: &RunningEmulator, lists: Arc<AtomicUsize>) -> Client {
+    let config = kube::Config::new(emulator.url().parse().expect("valid URL"));
+    let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .build(HttpConnector::new());
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .map_request(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri();
+            let watch = uri.query().is_some_and(|q| q.contains("watch=true"));
+            if request.method() == http::Method::GET && uri.path().ends_with("/leases") && !watch {
+                lists.fetch_add(1, Ordering::SeqCst);
+            }
+            request
+        })
+        .map_err(tower::BoxError::from)
+        .service(http);
+    Client::new(service, config.default_namespace)
+}
+
+async fn create_object(api: &Api<Lease>, name: &str) {
+    let object = Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([(LABEL.into(), "true".into())])),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    };
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("create object");
+}
+
+async fn reconcile(object: Arc<Lease>, context: Arc<Context>) -> Result<Action, std::io::Error> {
+    let in_term = !context.term.is_cancelled() && context.elector.is_leading();
+    context.log.lock().unwrap().push(Reconciled {
+        term: context.term.number(),
+        name: object.name_any(),
+        note: object.annotations().get(NOTE).cloned(),
+        in_term,
+    });
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<Lease>, _: &std::io::Error, _: Arc<Context>) -> Action {
+    Action::await_change()
+}
+
+/// The names reconciled in `term` (and whether each call was inside the term).
+fn reconciled_in(log: &Mutex<Vec<Reconciled>>, term: u64) -> Vec<Reconciled> {
+    let log = log.lock().unwrap();
+    log.iter().filter(|r| r.term == term).cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_reconcile_from_the_warm_cache_and_only_while_leading() {
+    let emulator = emulator().await;
+    let admin = client(&emulator);
+    let objects: Api<Lease> = Api::namespaced(admin.clone(), NS);
+    for name in ["obj-1", "obj-2", "obj-3"] {
+        create_object(&objects, name).await;
+    }
+
+    // The cache lists once, now, while this process does not lead.
+    let lists = Arc::new(AtomicUsize::new(0));
+    let cache: WarmCache<Lease> = WarmCache::new(
+        Api::namespaced(counting_client(&emulator, lists.clone()), NS),
+        watcher::Config::default().labels(&format!("{LABEL}=true")),
+    );
+    tokio::time::timeout(WAIT, cache.store().wait_until_ready())
+        .await
+        .expect("the cache is warm")
+        .expect("cache alive");
+    assert_eq!(cache.store().len(), 3);
+    let warm_lists = lists.load(Ordering::SeqCst);
+    assert_eq!(warm_lists, 1, "warming the cache is the one LIST");
+
+    let elector = Elector::coordinated(
+        client(&emulator),
+        lease_config("warm", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap();
+    let handle = elector.handle();
+    let log: Arc<Mutex<Vec<Reconciled>>> = Arc::default();
+    let (lead_cache, lead_log, lead_handle) = (cache.clone(), log.clone(), handle.clone());
+    let a = Running::start(elector, move |term: Term| {
+        let context = Arc::new(Context {
+            term: term.clone(),
+            elector: lead_handle.clone(),
+            log: lead_log.clone(),
+        });
+        let controller = Controller::for_stream(lead_cache.triggers(&term), lead_cache.store())
+            .graceful_shutdown_on(term.token().clone().cancelled_owned())
+            .run(reconcile, error_policy, context)
+            .for_each(|_| async {});
+        term.spawn(controller);
+        async {}
+    });
+    let mut transitions = a.handle.transitions();
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+
+    // Following: the cache takes a new object in, nothing reconciles it.
+    create_object(&objects, "obj-4").await;
+    wait_for("the cache sees obj-4", || async {
+        (cache.store().len() == 4).then_some(())
+    })
+    .await;
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "nothing reconciles while following"
+    );
+
+    // Term 1 reconciles all four from memory.
+    assign(&admin, "warm", "a").await;
+    wait_for("term 1 reconciles every object", || async {
+        let mut names: Vec<_> = reconciled_in(&log, 1).into_iter().map(|r| r.name).collect();
+        names.sort();
+        names.dedup();
+        (names == ["obj-1", "obj-2", "obj-3", "obj-4"]).then_some(())
+    })
+    .await;
+    assert_eq!(
+        lists.load(Ordering::SeqCst),
+        warm_lists,
+        "a term on a warm cache makes no LIST"
+    );
+
+    // The term ends; the Lease is released only after the controller drained.
+    preempt(&admin, "warm", "b").await;
+    next_transition(&mut transitions, "a releases", |t| {
+        matches!(t, Transition::Released { term: 1, .. })
+    })
+    .await;
+    let after_term_1 = log.lock().unwrap().len();
+
+    // Following again: a change reaches the cache but no reconciler.
+    objects
+        .patch(
+            "obj-1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({ "metadata": { "annotations": { NOTE: "changed" } } }),
+            ),
+        )
+        .await
+        .expect("annotate obj-1");
+    wait_for("the cache sees the change", || async {
+        let key = kube::runtime::reflector::ObjectRef::new("obj-1").within(NS);
+        let cached = cache.store().get(&key)?;
+        (cached.annotations().get(NOTE).map(String::as_str) == Some("changed")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        log.lock().unwrap().len(),
+        after_term_1,
+        "nothing reconciles between terms"
+    );
+
+    // Term 2 picks up the change made while following, still without a LIST.
+    assign(&admin, "warm", "a").await;
+    wait_for("term 2 reconciles the changed obj-1", || async {
+        reconciled_in(&log, 2)
+            .iter()
+            .any(|r| r.name == "obj-1" && r.note.as_deref() == Some("changed"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        lists.load(Ordering::SeqCst),
+        warm_lists,
+        "term 2 made no LIST"
+    );
+
+    a.stop().await.unwrap();
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter().all(|r| r.in_term),
+        "every reconcile began inside a running term: {log:?}"
+    );
+}
