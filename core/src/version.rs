@@ -133,6 +133,17 @@ impl Version {
     pub fn parse_tolerant(input: &str) -> Result<Self, VersionError> {
         let trimmed = input.trim();
         let trimmed = trimmed.strip_prefix('v').unwrap_or(trimmed);
+        // Nearly every version a cluster reports is a plain `MAJOR.MINOR.PATCH` that the tolerant
+        // rewriting below would leave unchanged: parse it without allocating.
+        match plain_release(trimmed) {
+            Some(version) => Ok(version),
+            None => Self::parse_tolerant_rewritten(trimmed),
+        }
+    }
+
+    /// blang's tolerant rewriting (leading zeros stripped, short forms padded), then the strict
+    /// parse; `trimmed` has no surrounding spaces or `v` prefix.
+    fn parse_tolerant_rewritten(trimmed: &str) -> Result<Self, VersionError> {
         let mut parts: Vec<String> = trimmed.splitn(3, '.').map(strip_leading_zeros).collect();
         if parts.len() < 3 {
             if parts.last().is_some_and(|last| last.contains(['+', '-'])) {
@@ -148,6 +159,24 @@ impl Version {
     pub fn finalized(&self) -> Self {
         Self::new(self.major, self.minor, self.patch)
     }
+}
+
+/// `MAJOR.MINOR.PATCH` with no pre-release, build metadata or leading zeros, which both of blang's
+/// parsers read the same way; `None` for anything else (including numbers past `u64`), which the
+/// caller then parses in full.
+fn plain_release(input: &str) -> Option<Version> {
+    let mut parts = input.split('.');
+    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let number = |part: &str| -> Option<u64> {
+        let canonical = !part.is_empty()
+            && part.bytes().all(|b| b.is_ascii_digit())
+            && (part.len() == 1 || !part.starts_with('0'));
+        canonical.then(|| part.parse().ok()).flatten()
+    };
+    Some(Version::new(number(major)?, number(minor)?, number(patch)?))
 }
 
 /// blang's leading-zero trimming for one dot-separated part of a tolerant version.
@@ -323,6 +352,35 @@ mod tests {
             assert!(
                 Version::parse_strict(bad).is_err(),
                 "{bad} should not parse"
+            );
+        }
+    }
+
+    #[test]
+    fn the_allocation_free_path_agrees_with_the_full_tolerant_parse() {
+        for input in [
+            "1.31.5",
+            "0.0.0",
+            "1.0.10",
+            "10.200.3000",
+            "01.2.3",
+            "1.02.3",
+            "1.2",
+            "1",
+            "1.2.3.4",
+            "1..3",
+            "1.2.3-rc.1",
+            "1.2.3+build",
+            "a.b.c",
+            "18446744073709551615.0.0",
+            "18446744073709551616.0.0",
+            "",
+        ] {
+            let trimmed = input.trim().strip_prefix('v').unwrap_or(input.trim());
+            assert_eq!(
+                Version::parse_tolerant(input),
+                Version::parse_tolerant_rewritten(trimmed),
+                "{input:?}"
             );
         }
     }

@@ -2,7 +2,7 @@
 //! [`Engine`], so the controller can be tested with a plain Rust decider.
 
 use conclave_core::request::ElectionRequest;
-use conclave_engine::{Engine, EngineError};
+use conclave_engine::{CallError, Engine};
 
 /// Why a decision failed; `kind` labels metrics and events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,10 +30,10 @@ pub trait Decide: Send + Sync + 'static {
     ) -> Result<Option<String>, DecideError>;
 }
 
-impl From<EngineError> for DecideError {
-    fn from(error: EngineError) -> Self {
+impl From<CallError> for DecideError {
+    fn from(error: CallError) -> Self {
         Self {
-            kind: error.kind(),
+            kind: error.label(),
             message: error.to_string(),
         }
     }

@@ -3,8 +3,8 @@
 //! This is the only crate that names wasmtime types. The rest of Conclave sees an [`Engine`]
 //! built from an [`EngineConfig`], asks it [`Engine::elect`] with a plain
 //! [`ElectionRequest`](conclave_core::request::ElectionRequest), and gets back the name of an
-//! eligible candidate, `None`, or an [`EngineError`] whose [`kind`](EngineError::kind) labels a
-//! metric.
+//! eligible candidate, `None`, or a [`CallError`] whose [`label`](CallError::label) labels a
+//! metric. Setting the engine up fails with a [`LoadError`] instead, which names the plugin.
 //!
 //! Vocabulary:
 //! - a **plugin** is one component (built in, or a `.wasm` file from `--plugins DIR`); it implements
@@ -14,7 +14,9 @@
 //!   it afresh from the pooling allocator under per-call [`Limits`], so no state survives a call.
 //!
 //! The answer is checked: a name that is not one of the request's candidates is an
-//! [`EngineError::InvalidAnswer`] and is never applied.
+//! [`CallError::InvalidAnswer`] and is never applied. Everything a plugin hands back is bounded:
+//! error messages, traps and log lines are cut to [`MAX_PLUGIN_TEXT`] bytes (saying so), and an
+//! answer longer than any candidate name is invalid.
 // `deny` rather than `forbid`: the compiled-code cache needs one audited `unsafe` call
 // (`compile::load_cached`), allowed there and nowhere else.
 #![deny(unsafe_code)]
@@ -22,11 +24,13 @@
 mod bindings;
 mod compile;
 mod convert;
+mod error;
 mod limits;
 mod plugin;
 mod registry;
 
 pub use compile::{LoadStats, default_cache_dir};
+pub use error::{CallError, LoadError};
 pub use limits::Limits;
 pub use plugin::{PluginInfo, PluginSource};
 
@@ -34,6 +38,35 @@ use conclave_core::request::ElectionRequest;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The most bytes of text the engine passes on from a plugin: an error message, a trap's message,
+/// one log line. Longer text is cut at a character boundary and marked as cut.
+pub const MAX_PLUGIN_TEXT: usize = 4096;
+
+/// Where one call's time went, for `conclave strategy bench --phases` and profiling. Durations
+/// add up over the calls a value is passed to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallPhases {
+    /// Turning the request into the plugin's WIT values (host copies).
+    pub convert: Duration,
+    /// Creating the store: limits, CPU deadline, epoch ticker.
+    pub store: Duration,
+    /// Instantiating the component from the pool (memory image, tables, instance state).
+    pub instantiate: Duration,
+    /// The `elect` call: lowering the request into guest memory, the plugin's code, lifting the
+    /// answer.
+    pub call: Duration,
+    /// Dropping the instance: resetting its memory and returning its slot to the pool.
+    pub teardown: Duration,
+}
+
+impl CallPhases {
+    /// The sum of all phases.
+    #[must_use]
+    pub fn total(&self) -> Duration {
+        self.convert + self.store + self.instantiate + self.call + self.teardown
+    }
+}
 
 /// How to build an [`Engine`].
 #[derive(Debug, Clone, Default)]
@@ -82,10 +115,10 @@ pub struct StrategyInfo {
 impl Engine {
     /// Loads the built-in plugins and every plugin in `config.plugins_dir`.
     ///
-    /// Fails if any plugin cannot be loaded (bad file, forbidden import, sha256 mismatch, invalid
+    /// Fails with a [`LoadError`] if any plugin cannot be loaded (bad file, forbidden import, sha256 mismatch, invalid
     /// sidecar, `info()` failing) or if two plugins claim the same strategy name: a controller must
     /// not start with a registry that differs from what the operator configured.
-    pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
+    pub fn new(config: EngineConfig) -> Result<Self, LoadError> {
         let registry =
             registry::Registry::load(&config, true, config.plugins_dir.as_deref(), None)?;
         Ok(Self {
@@ -95,7 +128,7 @@ impl Engine {
 
     /// Loads exactly one plugin file (and its sidecar, if any) and no built-ins; for testing,
     /// inspecting and benchmarking a plugin on its own. `config.plugins_dir` is ignored.
-    pub fn from_file(config: EngineConfig, path: &Path) -> Result<Self, EngineError> {
+    pub fn from_file(config: EngineConfig, path: &Path) -> Result<Self, LoadError> {
         let registry = registry::Registry::load(&config, false, None, Some(path))?;
         Ok(Self {
             inner: Arc::new(registry),
@@ -137,133 +170,39 @@ impl Engine {
         &self,
         strategy: &str,
         request: &ElectionRequest,
-    ) -> Result<Option<String>, EngineError> {
+    ) -> Result<Option<String>, CallError> {
+        self.decide(strategy, request, None)
+    }
+
+    /// [`elect`](Self::elect), adding the time each phase of the call took to `phases`.
+    pub fn elect_with_phases(
+        &self,
+        strategy: &str,
+        request: &ElectionRequest,
+        phases: &mut CallPhases,
+    ) -> Result<Option<String>, CallError> {
+        self.decide(strategy, request, Some(phases))
+    }
+
+    fn decide(
+        &self,
+        strategy: &str,
+        request: &ElectionRequest,
+        phases: Option<&mut CallPhases>,
+    ) -> Result<Option<String>, CallError> {
         let plugin = self
             .inner
             .get(strategy)
-            .ok_or_else(|| EngineError::UnknownStrategy {
+            .ok_or_else(|| CallError::UnknownStrategy {
                 strategy: strategy.to_owned(),
                 known: self.inner.strategy_names(),
             })?;
-        let answer = plugin.elect(strategy, request)?;
-        match answer {
-            Some(name) if !request.has_candidate(&name) => Err(EngineError::InvalidAnswer {
+        match plugin.elect(strategy, request, phases)? {
+            Some(name) if !request.has_candidate(&name) => Err(CallError::InvalidAnswer {
                 strategy: strategy.to_owned(),
                 answer: name,
             }),
             answer => Ok(answer),
-        }
-    }
-}
-
-/// Why the engine could not load a plugin or decide an election.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// No loaded plugin implements the strategy.
-    #[error("no plugin implements strategy {strategy:?} (known: {})", known.join(", "))]
-    UnknownStrategy {
-        /// The requested strategy.
-        strategy: String,
-        /// The strategies the engine knows.
-        known: Vec<String>,
-    },
-    /// A plugin could not be loaded; `plugin` names it (a file path or `builtin:NAME`).
-    #[error("cannot load plugin {plugin}: {reason}")]
-    Load {
-        /// The plugin.
-        plugin: String,
-        /// What is wrong and, where possible, what to do.
-        reason: String,
-    },
-    /// The component imports something other than the Conclave host interface.
-    #[error(
-        "cannot load plugin {plugin}: it imports {import:?}, which Conclave does not provide{hint}"
-    )]
-    ForbiddenImport {
-        /// The plugin.
-        plugin: String,
-        /// The first offending import.
-        import: String,
-        /// What the operator can do about it.
-        hint: &'static str,
-    },
-    /// Two plugins claim the same strategy name.
-    #[error("strategy {strategy:?} is claimed by both {first} and {second}; remove one of them")]
-    DuplicateStrategy {
-        /// The contested name.
-        strategy: String,
-        /// The plugin loaded first.
-        first: String,
-        /// The plugin loaded second.
-        second: String,
-    },
-    /// The call ran out of its CPU time budget.
-    #[error("strategy {strategy:?} exceeded its time limit of {limit:?}")]
-    LimitExceeded {
-        /// The strategy.
-        strategy: String,
-        /// The budget.
-        limit: Duration,
-    },
-    /// The plugin tried to use more memory (or table space) than allowed.
-    #[error("strategy {strategy:?} exceeded its memory limit: {detail}")]
-    Memory {
-        /// The strategy.
-        strategy: String,
-        /// Which limit, and by how much.
-        detail: String,
-    },
-    /// The plugin trapped (a panic, `unreachable`, an out-of-bounds access...).
-    #[error("strategy {strategy:?} trapped: {message}")]
-    Trap {
-        /// The strategy.
-        strategy: String,
-        /// The trap and its backtrace.
-        message: String,
-    },
-    /// The plugin could not be instantiated (e.g. every pooled instance slot is busy).
-    #[error("cannot instantiate the plugin for strategy {strategy:?}: {message}")]
-    Instantiate {
-        /// The strategy.
-        strategy: String,
-        /// Why.
-        message: String,
-    },
-    /// The plugin's `elect` returned an error.
-    #[error("strategy {strategy:?} could not decide: {message}")]
-    PluginError {
-        /// The strategy.
-        strategy: String,
-        /// The plugin's message.
-        message: String,
-    },
-    /// The plugin named someone who is not an eligible candidate; the answer is not applied.
-    #[error(
-        "strategy {strategy:?} elected {answer:?}, which is not one of the eligible candidates"
-    )]
-    InvalidAnswer {
-        /// The strategy.
-        strategy: String,
-        /// The rejected answer.
-        answer: String,
-    },
-}
-
-impl EngineError {
-    /// A short, stable label for metrics and events.
-    #[must_use]
-    pub const fn kind(&self) -> &'static str {
-        match self {
-            Self::UnknownStrategy { .. } => "unknown_strategy",
-            Self::Load { .. } | Self::ForbiddenImport { .. } | Self::DuplicateStrategy { .. } => {
-                "load"
-            }
-            Self::LimitExceeded { .. } => "limit_exceeded",
-            Self::Memory { .. } => "memory",
-            Self::Trap { .. } => "trap",
-            Self::Instantiate { .. } => "instantiate",
-            Self::PluginError { .. } => "plugin_error",
-            Self::InvalidAnswer { .. } => "invalid_answer",
         }
     }
 }

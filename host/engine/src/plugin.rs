@@ -1,25 +1,33 @@
 //! One loaded plugin: its linked [`StrategyPre`] and what a call into it looks like.
 
-use super::EngineError;
 use super::bindings;
 use super::compile::{LoadStats, Runtime, Ticker, Ticking};
 use super::convert;
+use super::error::{CallError, LoadError};
 use super::limits::{CallLimiter, Limits};
+use super::{CallPhases, MAX_PLUGIN_TEXT};
 use conclave_core::request::ElectionRequest;
+use conclave_core::text::truncate_utf8;
 use conclave_core::time::Timestamp;
 use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-/// Largest log message a plugin may write; longer ones are cut.
-const MAX_LOG_MESSAGE: usize = 4096;
-/// Log messages a plugin may write per call; later ones are dropped.
+/// Log messages (and lines of WASI stdout/stderr) a plugin may write per call; later ones are
+/// dropped. Each is cut to [`MAX_PLUGIN_TEXT`] bytes.
 const MAX_LOG_MESSAGES: u32 = 64;
+/// Longest strategy name `info()` may report: a qualified name (a DNS subdomain prefix, `/`, and
+/// a 63-character name), as `spec.strategy` allows.
+const MAX_STRATEGY_NAME: usize = 253 + 1 + 63;
+/// Longest description and version `info()` may report.
+const MAX_INFO_TEXT: usize = 1024;
+/// Longest answer that can be a candidate's name (a LeaseCandidate name is a DNS subdomain).
+const MAX_ANSWER: usize = 253;
 /// Bytes of stdout and of stderr kept per call from a WASI plugin.
 const STDIO_CAPACITY: usize = 64 * 1024;
 
@@ -79,17 +87,18 @@ impl StrategyPre {
         linker: &Linker<CallState>,
         plugin: &str,
         component: &wasmtime::component::Component,
-    ) -> Result<Self, EngineError> {
-        let load_error = |what: &str, error: wasmtime::Error| EngineError::Load {
+    ) -> Result<Self, LoadError> {
+        let load_error = |what: &str, source: wasmtime::Error| LoadError::Link {
             plugin: plugin.to_owned(),
-            reason: format!("{what}: {error:#}"),
+            what: what.to_owned(),
+            source,
         };
         let instance_pre = linker
             .instantiate_pre(component)
-            .map_err(|e| load_error("cannot link", e))?;
+            .map_err(|e| load_error("cannot link it against the host interface", e))?;
         let pre = bindings::StrategyPre::new(instance_pre).map_err(|e| {
             load_error(
-                "does not export the conclave:strategy@0.1.0 world (info, elect)",
+                "it does not export the conclave:strategy@0.1.0 world (info, elect)",
                 e,
             )
         })?;
@@ -101,14 +110,11 @@ impl StrategyPre {
 }
 
 /// The linker every plugin is linked with: the log interface, plus deny-all WASI if allowed.
-pub(super) fn linker(
-    runtime: &Runtime,
-    allow_wasi: bool,
-) -> Result<Linker<CallState>, EngineError> {
+pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallState>, LoadError> {
     let mut linker = Linker::new(&runtime.engine);
-    let link_error = |error: wasmtime::Error| EngineError::Load {
-        plugin: "(engine)".into(),
-        reason: format!("cannot set up the host interface: {error:#}"),
+    let link_error = |source: wasmtime::Error| LoadError::Engine {
+        what: "linking the host interface",
+        source,
     };
     bindings::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
         .map_err(link_error)?;
@@ -132,7 +138,7 @@ impl Plugin {
         pre: StrategyPre,
         mut info: PluginInfo,
         settings: String,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, LoadError> {
         let label: Arc<str> = info.source.to_string().into();
         let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
         let reported = pre
@@ -140,21 +146,43 @@ impl Plugin {
             .instantiate(&mut store)
             .and_then(|instance| instance.call_info(&mut store));
         store.data_mut().flush_stdio();
-        let reported = reported.map_err(|error| {
-            let error = classify(&label, error, &store, info.limits.time, true);
-            EngineError::Load {
-                plugin: label.to_string(),
-                reason: format!("info() failed: {error}"),
-            }
+        let reported = reported.map_err(|error| LoadError::Info {
+            plugin: label.to_string(),
+            source: Box::new(classify(&label, error, &store, info.limits.time, true)),
         })?;
+        let invalid = |reason: String| LoadError::InvalidInfo {
+            plugin: label.to_string(),
+            reason,
+        };
         if reported.strategies.is_empty() || reported.strategies.iter().any(String::is_empty) {
-            return Err(EngineError::Load {
-                plugin: label.to_string(),
-                reason: format!(
-                    "info() must name at least one strategy and no empty name, got {:?}",
-                    reported.strategies
-                ),
-            });
+            return Err(invalid(format!(
+                "must name at least one strategy and no empty name, got {:?}",
+                reported.strategies
+            )));
+        }
+        if let Some(long) = reported
+            .strategies
+            .iter()
+            .find(|name| name.len() > MAX_STRATEGY_NAME)
+        {
+            let mut shown = long.clone();
+            truncate_utf8(&mut shown, 64);
+            return Err(invalid(format!(
+                "names a strategy of {} bytes ({shown:?}); a strategy name is at most \
+                 {MAX_STRATEGY_NAME}",
+                long.len()
+            )));
+        }
+        for (field, text) in [
+            ("description", &reported.description),
+            ("version", &reported.version),
+        ] {
+            if text.len() > MAX_INFO_TEXT {
+                return Err(invalid(format!(
+                    "reports a {field} of {} bytes; at most {MAX_INFO_TEXT} are allowed",
+                    text.len()
+                )));
+            }
         }
         info.strategies = reported.strategies;
         info.description = reported.description;
@@ -172,19 +200,31 @@ impl Plugin {
         Arc::clone(&self.info)
     }
 
-    /// Runs `elect` in a fresh instance under the plugin's limits. The answer is not yet checked
-    /// against the candidates.
+    /// Runs `elect` in a fresh instance under the plugin's limits, recording how long each phase
+    /// took into `phases` when given. The answer is not yet checked against the candidates, but
+    /// it is bounded: an error message is cut to [`MAX_PLUGIN_TEXT`] bytes, and an answer longer
+    /// than any candidate name can be is an invalid answer.
     pub(super) fn elect(
         &self,
         strategy: &str,
         request: &ElectionRequest,
-    ) -> Result<Option<String>, EngineError> {
+        mut phases: Option<&mut CallPhases>,
+    ) -> Result<Option<String>, CallError> {
+        let mut clock = phases.as_ref().map(|_| Instant::now());
+        let mut lap = |slot: fn(&mut CallPhases) -> &mut Duration| {
+            if let (Some(phases), Some(clock)) = (phases.as_deref_mut(), clock.as_mut()) {
+                let now = Instant::now();
+                *slot(phases) += now - *clock;
+                *clock = now;
+            }
+        };
         let settings = if request.settings.is_empty() {
             &self.settings
         } else {
             &request.settings
         };
         let wit_request = convert::request(request, settings);
+        lap(|p| &mut p.convert);
         let lease = format!("{}/{}", request.lease.namespace, request.lease.name);
         let mut store = new_store(
             &self.pre,
@@ -193,22 +233,30 @@ impl Plugin {
             request.now,
             self.info.limits,
         );
-        let result = self
-            .pre
-            .pre
-            .instantiate(&mut store)
+        lap(|p| &mut p.store);
+        let instance = self.pre.pre.instance_pre().instantiate(&mut store);
+        lap(|p| &mut p.instantiate);
+        let result = instance
             .map_err(|error| (error, true))
             .and_then(|instance| {
+                // No post-return: the instance is dropped right after, with everything it allocated.
                 instance
-                    .call_elect(&mut store, &wit_request)
+                    .get_typed_func::<(&convert::Request<'_>,), (ElectAnswer,)>(&mut store, "elect")
+                    .and_then(|elect| elect.call(&mut store, (&wit_request,)))
+                    .map(|(answer,)| answer)
                     .map_err(|error| (error, false))
             });
+        lap(|p| &mut p.call);
         store.data_mut().flush_stdio();
-        match result {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(message)) => Err(EngineError::PluginError {
+        let outcome = match result {
+            Ok(Ok(Some(answer))) if answer.len() > MAX_ANSWER => Err(CallError::InvalidAnswer {
                 strategy: strategy.to_owned(),
-                message,
+                answer: bounded(answer),
+            }),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(CallError::PluginError {
+                strategy: strategy.to_owned(),
+                message: bounded(message),
             }),
             Err((error, instantiating)) => Err(classify(
                 strategy,
@@ -217,8 +265,24 @@ impl Plugin {
                 self.info.limits.time,
                 instantiating,
             )),
-        }
+        };
+        drop(store);
+        drop(wit_request);
+        lap(|p| &mut p.teardown);
+        outcome
     }
+}
+
+/// What `elect` returns in `conclave:strategy@0.1.0`.
+type ElectAnswer = Result<Option<String>, String>;
+
+/// `text` cut to [`MAX_PLUGIN_TEXT`] bytes, saying so if it was cut.
+fn bounded(mut text: String) -> String {
+    let length = text.len();
+    if truncate_utf8(&mut text, MAX_PLUGIN_TEXT) {
+        text.push_str(&format!(" ({length} bytes in all)"));
+    }
+    text
 }
 
 fn new_store(
@@ -260,25 +324,25 @@ fn classify(
     store: &Store<CallState>,
     time: Duration,
     instantiating: bool,
-) -> EngineError {
+) -> CallError {
     let strategy = strategy.to_owned();
     if let Some(hit) = store.data().limiter.hit {
-        return EngineError::Memory {
+        return CallError::Memory {
             strategy,
             detail: hit.to_string(),
         };
     }
     if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return EngineError::LimitExceeded {
+        return CallError::LimitExceeded {
             strategy,
             limit: time,
         };
     }
-    let message = format!("{error:#}");
+    let message = bounded(format!("{error:#}"));
     if instantiating {
-        EngineError::Instantiate { strategy, message }
+        CallError::Instantiate { strategy, message }
     } else {
-        EngineError::Trap { strategy, message }
+        CallError::Trap { strategy, message }
     }
 }
 
@@ -296,33 +360,48 @@ pub(super) struct CallState {
 }
 
 impl CallState {
-    /// Copies what a WASI plugin wrote to stdout and stderr into the host log.
+    /// Copies what a WASI plugin wrote to stdout and stderr into the host log, line by line,
+    /// within the same budget as log messages.
     fn flush_stdio(&mut self) {
         let Some(wasi) = &self.wasi else { return };
-        for (stream, pipe) in [("stdout", &wasi.stdout), ("stderr", &wasi.stderr)] {
-            let contents = pipe.contents();
+        let streams = [
+            ("stdout", wasi.stdout.contents()),
+            ("stderr", wasi.stderr.contents()),
+        ];
+        for (stream, contents) in streams {
             for line in String::from_utf8_lossy(&contents).lines() {
+                let Some(line) = self.take_log_budget(line.to_owned()) else {
+                    return;
+                };
                 tracing::info!(plugin = %self.plugin, lease = %self.lease, stream, "{line}");
             }
         }
     }
+
+    /// Spends one message of the call's log budget on `message`, cut to [`MAX_PLUGIN_TEXT`]
+    /// bytes; `None` once the budget is spent (warning once when it runs out).
+    fn take_log_budget(&mut self, message: String) -> Option<String> {
+        if self.logs_left == 0 {
+            return None;
+        }
+        self.logs_left -= 1;
+        if self.logs_left == 0 {
+            tracing::warn!(
+                plugin = %self.plugin,
+                lease = %self.lease,
+                "plugin reached its log budget of {MAX_LOG_MESSAGES} messages per call; dropping the rest"
+            );
+        }
+        Some(bounded(message))
+    }
 }
 
 impl bindings::conclave::strategy::log::Host for CallState {
-    fn log(&mut self, level: bindings::conclave::strategy::log::Level, mut message: String) {
+    fn log(&mut self, level: bindings::conclave::strategy::log::Level, message: String) {
         use bindings::conclave::strategy::log::Level;
-        if self.logs_left == 0 {
+        let Some(message) = self.take_log_budget(message) else {
             return;
-        }
-        self.logs_left -= 1;
-        if message.len() > MAX_LOG_MESSAGE {
-            let mut cut = MAX_LOG_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
+        };
         let (plugin, lease) = (&*self.plugin, self.lease.as_str());
         match level {
             Level::Trace => tracing::trace!(plugin, lease, "{message}"),
@@ -330,13 +409,6 @@ impl bindings::conclave::strategy::log::Host for CallState {
             Level::Info => tracing::info!(plugin, lease, "{message}"),
             Level::Warn => tracing::warn!(plugin, lease, "{message}"),
             Level::Error => tracing::error!(plugin, lease, "{message}"),
-        }
-        if self.logs_left == 0 {
-            tracing::warn!(
-                plugin,
-                lease,
-                "plugin reached its log budget of {MAX_LOG_MESSAGES} messages per call; dropping the rest"
-            );
         }
     }
 }

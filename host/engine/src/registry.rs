@@ -1,8 +1,8 @@
 //! The registry from strategy name to plugin: built-ins, `--plugins DIR`, sidecar configs.
 
 use super::EngineConfig;
-use super::EngineError;
 use super::compile::{self, Runtime};
+use super::error::LoadError;
 use super::limits::Limits;
 use super::plugin::{self, CallState, Plugin, PluginInfo, PluginSource, StrategyPre};
 use serde::Deserialize;
@@ -67,14 +67,11 @@ impl Registry {
         builtins: bool,
         dir: Option<&Path>,
         file: Option<&Path>,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, LoadError> {
         config
             .default_limits
             .validate()
-            .map_err(|reason| EngineError::Load {
-                plugin: "(default limits)".into(),
-                reason,
-            })?;
+            .map_err(|reason| LoadError::DefaultLimits { reason })?;
         let runtime = Runtime::new()?;
         let linker = plugin::linker(&runtime, config.allow_wasi)?;
         let loader = Loader {
@@ -105,7 +102,7 @@ impl Registry {
             let info = plugin.info();
             for name in &info.strategies {
                 if let Some(first) = by_name.get(name) {
-                    return Err(EngineError::DuplicateStrategy {
+                    return Err(LoadError::DuplicateStrategy {
                         strategy: name.clone(),
                         first: first.info().source.to_string(),
                         second: info.source.to_string(),
@@ -142,10 +139,10 @@ impl Registry {
 }
 
 /// The `.wasm` files in `dir`, sorted by name so loading (and duplicate reports) are stable.
-fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, EngineError> {
-    let io_error = |error: std::io::Error| EngineError::Load {
-        plugin: dir.display().to_string(),
-        reason: format!("cannot read the plugins directory: {error}"),
+fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let io_error = |source: std::io::Error| LoadError::PluginsDir {
+        dir: dir.to_path_buf(),
+        source,
     };
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io_error)? {
@@ -165,23 +162,26 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn load_file(&self, path: &Path) -> Result<Arc<Plugin>, EngineError> {
+    fn load_file(&self, path: &Path) -> Result<Arc<Plugin>, LoadError> {
         let plugin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|error| EngineError::Load {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             plugin: plugin.clone(),
-            reason: format!("cannot read: {error}"),
+            path: path.to_path_buf(),
+            source,
         })?;
         let sidecar_path = path.with_extension("json");
         let sidecar = match std::fs::read_to_string(&sidecar_path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|error| EngineError::Load {
+            Ok(text) => serde_json::from_str(&text).map_err(|error| LoadError::Sidecar {
                 plugin: plugin.clone(),
-                reason: format!("invalid sidecar {}: {error}", sidecar_path.display()),
+                path: sidecar_path.clone(),
+                reason: error.to_string(),
             })?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
-            Err(error) => {
-                return Err(EngineError::Load {
+            Err(source) => {
+                return Err(LoadError::Read {
                     plugin,
-                    reason: format!("cannot read sidecar {}: {error}", sidecar_path.display()),
+                    path: sidecar_path,
+                    source,
                 });
             }
         };
@@ -193,19 +193,17 @@ impl Loader<'_> {
         source: PluginSource,
         bytes: &[u8],
         sidecar: Sidecar,
-    ) -> Result<Arc<Plugin>, EngineError> {
+    ) -> Result<Arc<Plugin>, LoadError> {
         let label = source.to_string();
-        let load_error = |reason: String| EngineError::Load {
-            plugin: label.clone(),
-            reason,
-        };
         let sha256 = compile::sha256_hex(bytes);
         if let Some(expected) = &sidecar.sha256
             && !expected.eq_ignore_ascii_case(&sha256)
         {
-            return Err(load_error(format!(
-                "sha256 is {sha256}, but its sidecar expects {expected}"
-            )));
+            return Err(LoadError::Sha256Mismatch {
+                plugin: label,
+                actual: sha256,
+                expected: expected.clone(),
+            });
         }
         let limits = sidecar
             .limits
@@ -213,9 +211,14 @@ impl Loader<'_> {
             .map_or(self.config.default_limits, |o| {
                 o.apply(self.config.default_limits)
             });
-        limits
-            .validate()
-            .map_err(|reason| load_error(format!("invalid limits in sidecar: {reason}")))?;
+        limits.validate().map_err(|reason| LoadError::Sidecar {
+            plugin: label.clone(),
+            path: match &source {
+                PluginSource::File(path) => path.with_extension("json"),
+                PluginSource::Builtin(_) => PathBuf::from("(built in)"),
+            },
+            reason: format!("invalid limits: {reason}"),
+        })?;
         let settings = sidecar
             .settings
             .as_ref()

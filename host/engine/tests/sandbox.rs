@@ -6,7 +6,7 @@
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
-use conclave_engine::{Engine, EngineConfig, EngineError, Limits};
+use conclave_engine::{CallError, Engine, EngineConfig, Limits, LoadError, MAX_PLUGIN_TEXT};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -53,7 +53,7 @@ fn config(dir: &Path) -> EngineConfig {
     }
 }
 
-fn engine_with(dir: &Path) -> Result<Engine, EngineError> {
+fn engine_with(dir: &Path) -> Result<Engine, LoadError> {
     Engine::new(config(dir))
 }
 
@@ -118,8 +118,8 @@ fn infinite_loop_is_stopped_by_the_time_limit() {
             .unwrap_err();
         let cpu_used = cpu_before.elapsed();
         let elapsed = started.elapsed();
-        assert_eq!(error.kind(), "limit_exceeded", "{error}");
-        assert!(matches!(error, EngineError::LimitExceeded { limit, .. } if limit == TIME_LIMIT));
+        assert_eq!(error.label(), "limit_exceeded", "{error}");
+        assert!(matches!(error, CallError::LimitExceeded { limit, .. } if limit == TIME_LIMIT));
         // The budget is the calling thread's CPU time, which a loaded machine does not inflate:
         // the loop used it up, and was stopped within it (plus the 1 ms epoch tick and the
         // instantiation, both far below the margin).
@@ -151,7 +151,7 @@ fn time_limit_comes_from_the_sidecar() {
         .elect("test/loop", &request("test/loop"))
         .unwrap_err();
     assert!(
-        matches!(error, EngineError::LimitExceeded { limit, .. } if limit == Duration::from_millis(40)),
+        matches!(error, CallError::LimitExceeded { limit, .. } if limit == Duration::from_millis(40)),
         "{error}"
     );
 }
@@ -162,7 +162,7 @@ fn memory_bomb_is_stopped() {
     let error = engine
         .elect("test/memory-bomb", &request("test/memory-bomb"))
         .unwrap_err();
-    assert_eq!(error.kind(), "memory", "{error}");
+    assert_eq!(error.label(), "memory", "{error}");
     assert!(error.to_string().contains("limit 16777216"), "{error}");
     assert_good_plugin_still_works(&engine);
 }
@@ -173,7 +173,7 @@ fn trap_becomes_an_error() {
     let error = engine
         .elect("test/trap", &request("test/trap"))
         .unwrap_err();
-    assert_eq!(error.kind(), "trap", "{error}");
+    assert_eq!(error.label(), "trap", "{error}");
     assert!(error.to_string().contains("unreachable"), "{error}");
     assert_good_plugin_still_works(&engine);
 }
@@ -184,9 +184,9 @@ fn unknown_candidate_name_is_rejected() {
     let error = engine
         .elect("test/unknown-name", &request("test/unknown-name"))
         .unwrap_err();
-    assert_eq!(error.kind(), "invalid_answer");
+    assert_eq!(error.label(), "invalid_answer");
     assert!(
-        matches!(&error, EngineError::InvalidAnswer { answer, .. } if answer == "nobody"),
+        matches!(&error, CallError::InvalidAnswer { answer, .. } if answer == "nobody"),
         "{error}"
     );
     assert_good_plugin_still_works(&engine);
@@ -205,10 +205,10 @@ fn plugin_answers_none_or_an_error() {
         .elect("test/refuse", &request("test/refuse"))
         .unwrap_err();
     assert!(
-        matches!(&error, EngineError::PluginError { message, .. } if message == "cannot decide"),
+        matches!(&error, CallError::PluginError { message, .. } if message == "cannot decide"),
         "{error}"
     );
-    assert_eq!(error.kind(), "plugin_error");
+    assert_eq!(error.label(), "plugin_error");
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn unknown_strategy_is_a_typed_error() {
     let error = engine
         .elect("example.com/nope", &request("example.com/nope"))
         .unwrap_err();
-    assert_eq!(error.kind(), "unknown_strategy");
+    assert_eq!(error.label(), "unknown_strategy");
     assert!(!engine.has_strategy("example.com/nope"));
     assert!(engine.has_strategy("test/loop"));
 }
@@ -228,9 +228,9 @@ fn component_importing_wasi_filesystem_is_rejected_at_load() {
     let wasi = r#"(component (import "wasi:filesystem/preopens@0.2.0" (instance)))"#;
     std::fs::write(dir.path().join("wasi.wasm"), wasi).unwrap();
     let error = engine_with(dir.path()).unwrap_err();
-    assert_eq!(error.kind(), "load");
+    assert_eq!(error.label(), "forbidden_import");
     assert!(
-        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "wasi:filesystem/preopens@0.2.0"),
+        matches!(&error, LoadError::ForbiddenImport { import, .. } if import == "wasi:filesystem/preopens@0.2.0"),
         "{error}"
     );
     assert!(error.to_string().contains("--allow-wasi"), "{error}");
@@ -243,7 +243,7 @@ fn component_importing_an_unknown_host_interface_is_rejected_at_load() {
     std::fs::write(dir.path().join("evil.wasm"), evil).unwrap();
     let error = engine_with(dir.path()).unwrap_err();
     assert!(
-        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "example:evil/exfiltrate@1.0.0"),
+        matches!(&error, LoadError::ForbiddenImport { import, .. } if import == "example:evil/exfiltrate@1.0.0"),
         "{error}"
     );
 }
@@ -254,7 +254,7 @@ fn two_plugins_claiming_one_name_is_a_startup_error() {
     write_plugin(dir.path(), "impostor", OLDEST_EMULATION_VERSION, NOBODY);
     let error = engine_with(dir.path()).unwrap_err();
     assert!(
-        matches!(&error, EngineError::DuplicateStrategy { strategy, .. } if strategy == OLDEST_EMULATION_VERSION),
+        matches!(&error, LoadError::DuplicateStrategy { strategy, .. } if strategy == OLDEST_EMULATION_VERSION),
         "{error}"
     );
 }
@@ -269,7 +269,7 @@ fn sidecar_sha256_mismatch_refuses_the_plugin() {
     )
     .unwrap();
     let error = engine_with(dir.path()).unwrap_err();
-    assert_eq!(error.kind(), "load");
+    assert_eq!(error.label(), "sha256_mismatch");
     assert!(error.to_string().contains("sidecar expects"), "{error}");
 }
 
@@ -324,7 +324,7 @@ fn wasi_component_is_accepted_only_with_allow_wasi() {
     std::fs::write(dir.path().join("wasi.wasm"), with_wasi).unwrap();
     let error = engine_with(dir.path()).unwrap_err();
     assert!(
-        matches!(&error, EngineError::ForbiddenImport { import, .. } if import == "wasi:random/insecure-seed@0.2.0"),
+        matches!(&error, LoadError::ForbiddenImport { import, .. } if import == "wasi:random/insecure-seed@0.2.0"),
         "{error}"
     );
     let engine = Engine::new(EngineConfig {
@@ -366,7 +366,7 @@ fn a_panic_in_an_sdk_plugin_becomes_a_trap_error() {
         let error = engine
             .elect("test/panic", &request("test/panic"))
             .unwrap_err();
-        assert_eq!(error.kind(), "trap", "{error}");
+        assert_eq!(error.label(), "trap", "{error}");
         assert_good_plugin_still_works(&engine);
     }
 }
@@ -378,7 +378,7 @@ fn a_std_guest_runs_only_with_allow_wasi_and_in_a_deny_all_context() {
     std::fs::copy(&wasm, dir.path().join("std.wasm")).unwrap();
     let error = engine_with(dir.path()).unwrap_err();
     assert!(
-        matches!(&error, EngineError::ForbiddenImport { import, .. } if import.starts_with("wasi:")),
+        matches!(&error, LoadError::ForbiddenImport { import, .. } if import.starts_with("wasi:")),
         "{error}"
     );
 
@@ -433,4 +433,84 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
     }
+}
+
+/// The loud fixture (`fixtures/loud-guest`) in a plugins directory of its own.
+fn loud_engine() -> Engine {
+    let wasm = build_fixture("loud-guest");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("loud.wasm")).unwrap();
+    Engine::new(config(dir.path())).expect("the loud fixture loads")
+}
+
+#[test]
+fn a_huge_error_message_is_cut_and_says_so() {
+    let engine = loud_engine();
+    let error = engine
+        .elect("test/huge-error", &request("test/huge-error"))
+        .unwrap_err();
+    let CallError::PluginError { message, .. } = &error else {
+        panic!("expected a plugin error, got {error}");
+    };
+    assert!(
+        message.len() <= MAX_PLUGIN_TEXT + 64,
+        "{} bytes",
+        message.len()
+    );
+    assert!(
+        message.contains("[cut]") && message.ends_with("(2097152 bytes in all)"),
+        "{}",
+        &message[message.len() - 80..]
+    );
+    assert_good_plugin_still_works(&engine);
+}
+
+#[test]
+fn an_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
+    let engine = loud_engine();
+    let error = engine
+        .elect("test/huge-answer", &request("test/huge-answer"))
+        .unwrap_err();
+    let CallError::InvalidAnswer { answer, .. } = &error else {
+        panic!("expected an invalid answer, got {error}");
+    };
+    assert!(
+        answer.len() <= MAX_PLUGIN_TEXT + 64,
+        "{} bytes",
+        answer.len()
+    );
+    assert!(answer.ends_with("(2097152 bytes in all)"), "{answer:.80}");
+    assert!(error.to_string().len() < 2 * MAX_PLUGIN_TEXT);
+}
+
+#[test]
+fn log_lines_are_cut_and_counted() {
+    let engine = loud_engine();
+    let log = LogCapture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(log.clone())
+        .finish();
+    let answer = tracing::subscriber::with_default(subscriber, || {
+        engine.elect("test/loud-log", &request("test/loud-log"))
+    });
+    assert_eq!(answer, Ok(None));
+    let log = log.contents();
+    let lines: Vec<&str> = log.lines().collect();
+    // 64 messages of at most MAX_PLUGIN_TEXT bytes each (plus the log line's own fields), and
+    // one warning that the budget ran out; 100 × 2 MiB were written.
+    let cut = lines.iter().filter(|line| line.contains("[cut]")).count();
+    assert_eq!(cut, 64, "{} lines", lines.len());
+    assert!(lines.iter().all(|line| line.len() < MAX_PLUGIN_TEXT + 512));
+    let warnings = lines
+        .iter()
+        .filter(|line| line.contains("reached its log budget"))
+        .count();
+    assert_eq!(warnings, 1);
+    assert!(
+        log.len() < 64 * (MAX_PLUGIN_TEXT + 512) + 1024,
+        "{} bytes",
+        log.len()
+    );
 }

@@ -255,13 +255,17 @@ unsafe extern "C" {}
 /// conclave_strategy::export_strategy!(MyStrategy);
 /// ```
 ///
-/// The plugin's version in `info` is the plugin crate's `CARGO_PKG_VERSION`.
+/// The plugin's version in `info` is the plugin crate's `CARGO_PKG_VERSION`. The exports exist
+/// only on wasm32: built natively (as an `rlib`, for tests or a native benchmark), the crate is a
+/// plain library whose [`Strategy`] can be called directly.
 #[macro_export]
 macro_rules! export_strategy {
     ($strategy:ty) => {
+        #[cfg(target_arch = "wasm32")]
         #[doc(hidden)]
         pub struct __ConclaveStrategyGuest;
 
+        #[cfg(target_arch = "wasm32")]
         impl $crate::bindings::Guest for __ConclaveStrategyGuest {
             fn info() -> $crate::bindings::PluginInfo {
                 $crate::__private::info::<$strategy>(env!("CARGO_PKG_VERSION"))
@@ -277,6 +281,7 @@ macro_rules! export_strategy {
             }
         }
 
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::__export_strategy_world!(
             __ConclaveStrategyGuest with_types_in $crate::bindings
         );
