@@ -2,12 +2,11 @@
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
-use conclave_core::election::{OldestEmulationRank, pick_oldest_emulation_version};
 use conclave_core::k8s::{candidate_view, lease_record, timestamp};
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
-use conclave_core::strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};
+use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
-use conclave_engine::{Engine, EngineConfig, Limits, PluginInfo, PluginSource};
+use conclave_engine::{Engine, EngineConfig, Limits, PluginInfo};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use serde::Deserialize;
@@ -50,21 +49,27 @@ enum StrategyCommand {
     },
     /// Measure per-decision latency through the engine (and, for built-ins, natively).
     Bench {
-        /// A `.wasm` file, or the name of a built-in strategy.
-        plugin: String,
-        /// Candidates per election.
-        #[arg(long, default_value_t = 100)]
-        candidates: usize,
-        /// Timed decisions (after a warm-up of a tenth as many).
+        /// `.wasm` files or names of built-in strategies (default: the built-in
+        /// OldestEmulationVersion); all are measured in one run.
+        plugins: Vec<String>,
+        /// Candidates per election; a comma-separated list measures each size, e.g.
+        /// `3,100,1000,10000`.
+        #[arg(long, value_delimiter = ',', default_value = "100")]
+        candidates: Vec<usize>,
+        /// Timed decisions per plugin and size (after a warm-up of a tenth as many).
         #[arg(long, default_value_t = 2000)]
         iterations: usize,
-        /// The strategy name to elect under (default: the plugin's first).
+        /// The strategy name to elect under (default: each plugin's first).
         #[arg(long)]
         strategy: Option<String>,
         /// Settings (JSON) to elect with, for plugins that need them, e.g. `{"zones": ["zone-b"]}`;
-        /// default: the plugin's sidecar settings, if any.
+        /// default: each plugin's sidecar settings, if any.
         #[arg(long)]
         settings: Option<String>,
+        /// Also print where a call's time goes: request conversion, store set-up,
+        /// instantiation, the call itself (lowering, the plugin, lifting) and teardown.
+        #[arg(long)]
+        phases: bool,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -115,18 +120,20 @@ pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
         } => test(&plugin, &vectors, strategy.as_deref(), &engine),
         StrategyCommand::Inspect { plugin, engine } => inspect(&plugin, &engine),
         StrategyCommand::Bench {
-            plugin,
+            plugins,
             candidates,
             iterations,
             strategy,
             settings,
+            phases,
             engine,
         } => bench(
-            &plugin,
-            candidates,
+            &plugins,
+            &candidates,
             iterations,
             strategy.as_deref(),
             settings.as_deref(),
+            phases,
             &engine,
         ),
     }
@@ -250,7 +257,7 @@ impl Expect {
     /// `Ok(what passed)` or `Err(why it failed)`.
     fn judge(
         &self,
-        outcome: &Result<Option<String>, conclave_engine::EngineError>,
+        outcome: &Result<Option<String>, conclave_engine::CallError>,
     ) -> Result<String, String> {
         match (self.error, outcome) {
             (false, Ok(actual)) if actual.as_deref() == self.leader.as_deref() => Ok(format!(
@@ -263,7 +270,7 @@ impl Expect {
                 show(self.leader.as_deref()),
                 show(actual.as_deref())
             )),
-            (true, Err(error @ conclave_engine::EngineError::PluginError { message, .. }))
+            (true, Err(error @ conclave_engine::CallError::PluginError { message, .. }))
                 if self
                     .message
                     .as_ref()
@@ -279,7 +286,7 @@ impl Expect {
             (_, Err(error)) => Err(format!(
                 "expected {}, got error ({}): {error}",
                 self.describe(),
-                error.kind()
+                error.label()
             )),
         }
     }
@@ -342,7 +349,7 @@ fn failure_table(
     request: &ElectionRequest,
     expect: &Expect,
     actual: Option<&str>,
-    error: Option<&conclave_engine::EngineError>,
+    error: Option<&conclave_engine::CallError>,
 ) -> String {
     use std::fmt::Write as _;
     let lease = &request.lease;
@@ -366,7 +373,7 @@ fn failure_table(
         out,
         "    actual:   {}",
         match error {
-            Some(error) => format!("error ({}): {error}", error.kind()),
+            Some(error) => format!("error ({}): {error}", error.label()),
             None => format!("leader {}", show(actual)),
         }
     );
@@ -595,46 +602,65 @@ fn bench_request(strategy: &str, n: usize) -> ElectionRequest {
     }
 }
 
-/// The native Rust implementation of a built-in strategy, for comparison.
-fn native_rule(
-    info: &PluginInfo,
-    strategy: &str,
-) -> Option<fn(&ElectionRequest) -> Option<String>> {
-    let builtin = matches!(info.source, PluginSource::Builtin(_));
-    let oldest = strategy == OLDEST_EMULATION_VERSION || strategy == MINIMUM_COMPATIBILITY_VERSION;
-    (builtin && oldest)
-        .then_some(native_oldest_emulation_version as fn(&ElectionRequest) -> Option<String>)
+/// A native rule: a shipped plugin's own `Strategy::elect`, compiled into this binary.
+type NativeRule = fn(&ElectionRequest) -> Result<Option<String>, String>;
+
+/// The native build of the shipped plugin implementing `strategy`, if there is one. The plugin
+/// under test need not be the shipped build: a different answer fails the bench.
+fn native_rule(strategy: &str) -> Option<NativeRule> {
+    use conclave_strategy::Strategy;
+    let shipped: [(&[&str], NativeRule); 4] = [
+        (
+            oldest_emulation_version::OldestEmulationVersion::STRATEGIES,
+            oldest_emulation_version::OldestEmulationVersion::elect,
+        ),
+        (priority::Priority::STRATEGIES, priority::Priority::elect),
+        (
+            least_disruption::LeastDisruption::STRATEGIES,
+            least_disruption::LeastDisruption::elect,
+        ),
+        (
+            zone_affinity::ZoneAffinity::STRATEGIES,
+            zone_affinity::ZoneAffinity::elect,
+        ),
+    ];
+    shipped
+        .into_iter()
+        .find(|(names, _)| names.contains(&strategy))
+        .map(|(_, rule)| rule)
 }
 
-fn native_oldest_emulation_version(request: &ElectionRequest) -> Option<String> {
-    pick_oldest_emulation_version(request.candidates.iter().filter_map(|c| {
-        OldestEmulationRank::new(
-            &c.name,
-            &c.binary_version,
-            &c.emulation_version,
-            c.creation_time,
-        )
-    }))
-    .map(str::to_owned)
+/// Latencies of one path (wasm or native), sorted: wall-clock and CPU time of the calling thread
+/// (the clock the plugin time limit is judged by).
+struct Samples {
+    wall: Vec<Duration>,
+    cpu: Vec<Duration>,
 }
 
-/// Times `iterations` calls of `decide` after a warm-up; returns the sorted latencies.
+/// Times `iterations` calls of `decide` after a warm-up; returns the sorted latencies and the
+/// answer.
 fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
     iterations: usize,
     mut decide: F,
-) -> anyhow::Result<(Vec<Duration>, Option<String>)> {
+) -> anyhow::Result<(Samples, Option<String>)> {
     let mut answer = None;
     for _ in 0..iterations.div_ceil(10) {
         answer = decide()?;
     }
-    let mut samples = Vec::with_capacity(iterations);
+    let mut samples = Samples {
+        wall: Vec::with_capacity(iterations),
+        cpu: Vec::with_capacity(iterations),
+    };
     for _ in 0..iterations {
+        let cpu = cpu_time::ThreadTime::now();
         let started = Instant::now();
         let result = decide()?;
-        samples.push(started.elapsed());
+        samples.wall.push(started.elapsed());
+        samples.cpu.push(cpu.elapsed());
         std::hint::black_box(result);
     }
-    samples.sort();
+    samples.wall.sort();
+    samples.cpu.sort();
     Ok((samples, answer))
 }
 
@@ -648,68 +674,123 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn bench(
-    plugin: &str,
-    candidates: usize,
+    plugins: &[String],
+    sizes: &[usize],
     iterations: usize,
     strategy: Option<&str>,
     settings: Option<&str>,
+    phases: bool,
     args: &EngineArgs,
 ) -> anyhow::Result<ExitCode> {
     if iterations == 0 {
         bail!("--iterations must be positive");
     }
+    if sizes.is_empty() {
+        bail!("--candidates needs at least one size");
+    }
     if let Some(settings) = settings {
         serde_json::from_str::<serde_json::Value>(settings)
             .with_context(|| format!("--settings is not valid JSON: {settings}"))?;
     }
-    let target = Target::load(plugin, args)?;
-    let strategy = target.strategy(strategy);
-    let mut request = bench_request(&strategy, candidates);
-    request.settings = settings.unwrap_or_default().to_owned();
-    println!(
-        "plugin {} ({} bytes, {} in {:.1} ms), strategy {strategy}, {candidates} candidates, {iterations} decisions",
-        target.plugin.source,
-        target.plugin.size,
-        if target.plugin.load.from_cache {
-            "loaded from cache"
-        } else {
-            "compiled"
-        },
-        target.plugin.load.elapsed.as_secs_f64() * 1e3
-    );
-    let (wasm, wasm_answer) = time_calls(iterations, || {
-        Ok(target.engine.elect(&strategy, &request)?)
-    })?;
-    let (wasm_p50, wasm_p99) = (percentile(&wasm, 0.5), percentile(&wasm, 0.99));
-    println!("{:<8} {:>12} {:>12}", "path", "p50 (µs)", "p99 (µs)");
-    println!(
-        "{:<8} {:>12.1} {:>12.1}",
-        "wasm",
-        micros(wasm_p50),
-        micros(wasm_p99)
-    );
-    if let Some(rule) = native_rule(&target.plugin, &strategy) {
-        let (native, native_answer) = time_calls(iterations, || Ok(rule(&request)))?;
-        let (native_p50, native_p99) = (percentile(&native, 0.5), percentile(&native, 0.99));
+    let default = [OLDEST_EMULATION_VERSION.to_owned()];
+    let plugins = if plugins.is_empty() {
+        &default[..]
+    } else {
+        plugins
+    };
+    let mut targets = Vec::new();
+    for plugin in plugins {
+        let target = Target::load(plugin, args)?;
         println!(
-            "{:<8} {:>12.1} {:>12.1}",
-            "native",
-            micros(native_p50),
-            micros(native_p99)
+            "plugin {} ({} bytes, {} in {:.1} ms)",
+            target.plugin.source,
+            target.plugin.size,
+            if target.plugin.load.from_cache {
+                "loaded from cache"
+            } else {
+                "compiled"
+            },
+            target.plugin.load.elapsed.as_secs_f64() * 1e3
         );
+        targets.push(target);
+    }
+    println!(
+        "{iterations} decisions per row; times in µs; cpu = CPU time of the calling thread, the \
+         clock the time limit uses"
+    );
+    println!(
+        "{:<32} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  leader",
+        "strategy", "cands", "wasm p50", "wasm p99", "wasm cpu", "native", "nat. p99", "ratio"
+    );
+    let mut breakdowns = Vec::new();
+    for target in &targets {
+        let strategy = target.strategy(strategy);
+        let native = native_rule(&strategy);
+        for &size in sizes {
+            let mut request = bench_request(&strategy, size);
+            request.settings = settings.unwrap_or_default().to_owned();
+            let (wasm, wasm_answer) = time_calls(iterations, || {
+                Ok(target.engine.elect(&strategy, &request)?)
+            })?;
+            let (wasm_p50, wasm_p99) = (percentile(&wasm.wall, 0.5), percentile(&wasm.wall, 0.99));
+            let mut row = format!(
+                "{strategy:<32} {size:>6} {:>10.1} {:>10.1} {:>10.1}",
+                micros(wasm_p50),
+                micros(wasm_p99),
+                micros(percentile(&wasm.cpu, 0.5))
+            );
+            if let Some(rule) = native {
+                let (native, native_answer) = time_calls(iterations, || {
+                    rule(&request).map_err(|message| anyhow::anyhow!("native rule: {message}"))
+                })?;
+                let native_p50 = percentile(&native.wall, 0.5);
+                row.push_str(&format!(
+                    " {:>10.1} {:>10.1} {:>7.1}x",
+                    micros(native_p50),
+                    micros(percentile(&native.wall, 0.99)),
+                    wasm_p50.as_secs_f64() / native_p50.as_secs_f64().max(1e-9)
+                ));
+                if wasm_answer != native_answer {
+                    bail!(
+                        "{strategy} with {size} candidates: the plugin elected {} but the native \
+                         rule elected {}",
+                        show(wasm_answer.as_deref()),
+                        show(native_answer.as_deref())
+                    );
+                }
+            } else {
+                row.push_str(&format!(" {:>10} {:>10} {:>8}", "-", "-", "-"));
+            }
+            println!("{row}  {}", show(wasm_answer.as_deref()));
+            if phases {
+                let mut sum = conclave_engine::CallPhases::default();
+                for _ in 0..iterations {
+                    target
+                        .engine
+                        .elect_with_phases(&strategy, &request, &mut sum)?;
+                }
+                breakdowns.push((strategy.clone(), size, sum));
+            }
+        }
+    }
+    if phases {
+        println!("\nwhere a call's time goes (mean µs per call, wall clock)");
         println!(
-            "ratio wasm/native: p50 {:.1}x, p99 {:.1}x",
-            wasm_p50.as_secs_f64() / native_p50.as_secs_f64().max(1e-9),
-            wasm_p99.as_secs_f64() / native_p99.as_secs_f64().max(1e-9)
+            "{:<32} {:>6} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
+            "strategy", "cands", "convert", "store", "instantiate", "call", "teardown", "total"
         );
-        if wasm_answer != native_answer {
-            bail!(
-                "the plugin elected {} but the native rule elected {}",
-                show(wasm_answer.as_deref()),
-                show(native_answer.as_deref())
+        let per_call = |d: Duration| micros(d) / iterations as f64;
+        for (strategy, size, sum) in breakdowns {
+            println!(
+                "{strategy:<32} {size:>6} {:>9.1} {:>9.1} {:>11.1} {:>9.1} {:>9.1} {:>9.1}",
+                per_call(sum.convert),
+                per_call(sum.store),
+                per_call(sum.instantiate),
+                per_call(sum.call),
+                per_call(sum.teardown),
+                per_call(sum.total())
             );
         }
     }
-    println!("leader: {}", show(wasm_answer.as_deref()));
     Ok(ExitCode::SUCCESS)
 }
