@@ -19,6 +19,13 @@ pub fn timestamp(at: jiff::Timestamp) -> Timestamp {
     Timestamp::from_micros(at.as_microsecond())
 }
 
+/// The wall-clock time now, as a core [`Timestamp`]: the one clock read of every host crate, so
+/// the controller, `conclave status` and the demo compare against the same notion of now.
+#[must_use]
+pub fn now() -> Timestamp {
+    timestamp(jiff::Timestamp::now())
+}
+
 /// Converts a core [`Timestamp`] to a `MicroTime` for writing into an object.
 #[must_use]
 pub fn micro_time(at: Timestamp) -> MicroTime {

@@ -65,9 +65,14 @@ pub fn liveness(candidate: &CandidateView, now: Timestamp, ack_window: Duration)
 /// is garbage-collected (upstream: 30 minutes).
 #[must_use]
 pub fn candidate_expired(candidate: &CandidateView, now: Timestamp, expiry: Duration) -> bool {
-    candidate
-        .renew_time
-        .is_none_or(|renew| renew + expiry < now)
+    candidate_expires_at(candidate, expiry).is_none_or(|at| at < now)
+}
+
+/// When a candidate that does not renew again stops taking part and becomes due for garbage
+/// collection: its last renewal plus `expiry`; `None` if it never renewed (expired already).
+#[must_use]
+pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Option<Timestamp> {
+    candidate.renew_time.map(|renew| renew + expiry)
 }
 
 /// The candidates an election may consider: all but the unresponsive ones.

@@ -4,6 +4,7 @@
 //! shows the candidate table, and on a real kube-apiserver the controller elects and pre-empts (or
 //! keeps the holder) as each strategy says.
 
+#[path = "../../controller/tests/controller_support/mod.rs"]
 mod controller_support;
 
 use conclave_controller as controller;
@@ -29,7 +30,7 @@ use conclave_testkit::wasm_build;
 
 use wasm_build::repo;
 
-/// Builds the beta plugins (once per test binary) as `scripts/test-all.sh` does; returns the
+/// Builds the beta plugins (once per test binary) as `.ci/test-all.sh` does; returns the
 /// directory holding `NAME.wasm`.
 fn beta_plugins() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -239,10 +240,17 @@ fn bench_runs_each_beta_plugin_at_100_candidates() {
         let output = conclave(&args);
         assert!(output.status.success(), "{package}: {}", text(&output));
         let stdout = String::from_utf8_lossy(&output.stdout);
+        // One row for the one size: the component's answer, checked against the same plugin's
+        // rule run natively (the ratio column), and the leader.
+        let row = stdout
+            .lines()
+            .find(|line| line.starts_with("conclave.dev/"))
+            .unwrap_or_else(|| panic!("{package}: no result row in {stdout}"));
         assert!(
-            stdout.contains(&format!("leader: \"{leader}\"")),
-            "{package}: {stdout}"
+            row.contains("x  "),
+            "{package}: no native comparison in {row}"
         );
+        assert!(row.ends_with(&format!("\"{leader}\"")), "{package}: {row}");
     }
 }
 

@@ -4,6 +4,7 @@
 //! controller's Lease only after the election in flight has written, and a follower takes the
 //! released Lease at once.
 
+#[path = "../../controller/tests/controller_support/mod.rs"]
 mod controller_support;
 
 use conclave_controller::{CONTROLLER_LEASE, Decide, DecideError};

@@ -5,6 +5,7 @@
 //! reconcile reports how it ended, so a start is kept only while the election goes on and can
 //! never be picked up by a later, unrelated election.
 
+use super::key::LeaseKey;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,14 +31,14 @@ pub enum Progress {
 
 /// The start of each election in progress, by Lease key.
 #[derive(Debug, Default)]
-pub struct ElectionStarts(Mutex<HashMap<String, Instant>>);
+pub struct ElectionStarts(Mutex<HashMap<LeaseKey, Instant>>);
 
 impl ElectionStarts {
     /// Records how a reconcile of `key`, triggered at `triggered_at`, ended. Returns the latency
     /// of the election (first trigger to write) when it wrote.
     pub fn finish(
         &self,
-        key: &str,
+        key: &LeaseKey,
         triggered_at: Instant,
         progress: &Progress,
     ) -> Option<Duration> {
@@ -48,7 +49,7 @@ impl ElectionStarts {
                 Some(at.saturating_duration_since(started))
             }
             Progress::Continues => {
-                starts.entry(key.to_owned()).or_insert(triggered_at);
+                starts.entry(key.clone()).or_insert(triggered_at);
                 None
             }
             Progress::Settled => {
@@ -68,6 +69,10 @@ impl ElectionStarts {
 mod tests {
     use super::*;
 
+    fn key(name: &str) -> LeaseKey {
+        LeaseKey::new("ns", name)
+    }
+
     fn written(at: Instant) -> Progress {
         Progress::Written {
             strategy: "S".into(),
@@ -79,15 +84,15 @@ mod tests {
     async fn latency_runs_from_the_first_trigger_of_the_election_to_its_write() {
         let starts = ElectionStarts::default();
         let first = Instant::now();
-        assert_eq!(starts.finish("ns/l", first, &Progress::Continues), None);
+        assert_eq!(starts.finish(&key("l"), first, &Progress::Continues), None);
         let later = first + Duration::from_secs(5);
         let at = later + Duration::from_millis(10);
         assert_eq!(
-            starts.finish("ns/l", later, &written(at)),
+            starts.finish(&key("l"), later, &written(at)),
             Some(Duration::from_millis(5010))
         );
         assert_eq!(
-            starts.finish("ns/l", later, &written(at)),
+            starts.finish(&key("l"), later, &written(at)),
             Some(Duration::from_millis(10)),
             "the written election's start is gone"
         );
@@ -97,12 +102,12 @@ mod tests {
     async fn an_exit_that_writes_nothing_forgets_the_start() {
         let starts = ElectionStarts::default();
         let old = Instant::now();
-        starts.finish("ns/l", old, &Progress::Continues);
+        starts.finish(&key("l"), old, &Progress::Continues);
         let now = old + Duration::from_secs(3600);
-        starts.finish("ns/l", now, &Progress::Settled);
+        starts.finish(&key("l"), now, &Progress::Settled);
         let at = now + Duration::from_millis(20);
         assert_eq!(
-            starts.finish("ns/l", now, &written(at)),
+            starts.finish(&key("l"), now, &written(at)),
             Some(Duration::from_millis(20)),
             "a later election is measured from its own trigger, not from an hour ago"
         );
@@ -112,16 +117,16 @@ mod tests {
     async fn a_new_term_forgets_every_start() {
         let starts = ElectionStarts::default();
         let old = Instant::now();
-        starts.finish("ns/a", old, &Progress::Continues);
-        starts.finish("ns/b", old, &Progress::Continues);
+        starts.finish(&key("a"), old, &Progress::Continues);
+        starts.finish(&key("b"), old, &Progress::Continues);
         starts.reset();
         let now = old + Duration::from_secs(7200);
         let at = now + Duration::from_millis(1);
-        for key in ["ns/a", "ns/b"] {
+        for name in ["a", "b"] {
             assert_eq!(
-                starts.finish(key, now, &written(at)),
+                starts.finish(&key(name), now, &written(at)),
                 Some(Duration::from_millis(1)),
-                "{key}"
+                "{name}"
             );
         }
     }

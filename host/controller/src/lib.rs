@@ -1,41 +1,56 @@
-//! The coordinated leader election controller (`conclave run`).
+//! The coordinated leader election controller (`conclave run`) and `conclave status`, which
+//! predicts through the same rules.
 //!
 //! Shape: one election step is a pure function over plain data (`conclave_core::step`: a Lease
-//! snapshot, candidate snapshots and now in, the writes to make out); this module does the I/O
-//! around it:
+//! snapshot, candidate snapshots and now in, the writes to make out); this crate does the I/O
+//! around it, one concern per module, in the order a watch event meets them:
 //! - [`cache`]: kube-rs reflectors on Leases and LeaseCandidates (cluster-wide or per namespace);
-//!   every watch event enqueues a Lease key; followers keep these caches warm;
+//!   followers keep these caches warm;
+//! - [`index`]: what each watch event does besides updating its store: the candidate index, acks,
+//!   read-your-writes ([`own_writes`]) and enqueueing its [`LeaseKey`] (testable without a server);
 //! - [`queue`]: Lease keys, deduplicated, delayed re-adds (ping windows, expiry timers), one worker
 //!   per key at a time;
 //! - [`reconcile`]: one election step: `conclave_core::step` + the strategy ([`Decide`]) + the
-//!   [`writer`], which carries a resourceVersion precondition on every write;
-//! - candidate garbage collection, detection of kube-apiserver's built-in controller (`--mode auto`),
-//!   metrics, Kubernetes Events, `/metrics` `/healthz` `/readyz`.
+//!   [`writer`], which carries a resourceVersion precondition on every write and sends only while
+//!   this replica leads ([`leadership`]);
+//! - [`events`] and [`metrics`]: what an operator sees; candidate garbage collection and detection
+//!   of kube-apiserver's built-in controller (`--mode auto`) are here, `/metrics` `/healthz`
+//!   `/readyz` in `http`;
+//! - [`status`]: `conclave status`, the same step predicted for every Lease, read-only.
 //!
 //! Only the replica holding the plain Lease `conclave-controller` (taken through
 //! `conclave-candidate`'s classic elector) runs workers and writes.
+#![forbid(unsafe_code)]
 
 pub mod cache;
 pub mod decide;
+pub mod events;
 mod http;
+pub mod index;
+pub mod key;
 mod latency;
+pub mod leadership;
 pub mod metrics;
 pub mod own_writes;
 pub mod queue;
 pub mod reconcile;
+pub mod status;
 pub mod writer;
 
 pub use decide::{Decide, DecideError};
+pub use key::{CandidateKey, LeaseKey};
 
-use cache::{Caches, PendingPings};
-use conclave_core::k8s::{candidate_view, lease_record, timestamp};
+use cache::Caches;
+use conclave_core::k8s::{candidate_view, lease_record, now};
 use conclave_core::plan::{Mode, candidate_expired};
 use conclave_core::request::ElectionRequest;
+use conclave_core::step::StepConfig;
 use conclave_core::time::Timestamp;
+use events::Events;
+use index::Pings;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use leadership::Leadership;
 use prometheus_client::registry::Registry;
 use queue::{Item, WorkQueue};
 use reconcile::Next;
@@ -48,6 +63,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+use writer::Writer;
 
 /// The name of the controller's own Lease (in `controller_namespace`).
 pub const CONTROLLER_LEASE: &str = "conclave-controller";
@@ -82,6 +98,22 @@ pub struct ControllerConfig {
     pub own_retry_period: Duration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
+    /// How long any one API call of the controller may take (the watches excepted: they are
+    /// long-running by design and restart on their own).
+    pub api_timeout: Duration,
+}
+
+impl ControllerConfig {
+    /// The settings an election step depends on.
+    #[must_use]
+    pub const fn step_config(&self) -> StepConfig {
+        StepConfig {
+            ack_window: self.ack_window,
+            candidate_gc_after: self.candidate_gc_after,
+            lease_duration_seconds: self.lease_duration_seconds,
+            mode: self.mode,
+        }
+    }
 }
 
 impl Default for ControllerConfig {
@@ -99,6 +131,7 @@ impl Default for ControllerConfig {
             own_renew_deadline: Duration::from_secs(10),
             own_retry_period: Duration::from_secs(2),
             metrics_addr: None,
+            api_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -123,24 +156,33 @@ pub enum Error {
     },
 }
 
-/// Shared state of one controller process.
+/// Shared state of one controller process: the caches and queue every replica keeps warm, and
+/// what the active replica's workers need to step, write and report.
 pub struct Context {
+    /// Reads only (the built-in controller's Lease); writes go through `writer`.
     client: Client,
     caches: Caches,
     queue: WorkQueue,
     decider: Arc<dyn Decide>,
-    recorder: Recorder,
+    writer: Writer,
+    events: Events,
     metrics: metrics::Metrics,
     config: ControllerConfig,
     builtin_active: AtomicBool,
-    pings: PendingPings,
-    managed: Mutex<HashSet<String>>,
+    leases: LeaseStates,
+}
+
+/// What the active replica tracks per Lease between steps.
+#[derive(Default)]
+struct LeaseStates {
+    /// Leases with candidates and a strategy this controller handles.
+    managed: Mutex<HashSet<LeaseKey>>,
     /// Leases whose election a strategy conflict blocks now.
-    conflicted: Mutex<HashSet<String>>,
+    conflicted: Mutex<HashSet<LeaseKey>>,
+    /// Start of each election in progress.
     starts: latency::ElectionStarts,
-    failures: Mutex<HashMap<String, u32>>,
-    /// Writers hold it shared; shutdown takes it exclusively to wait for in-flight writes.
-    writes_in_flight: tokio::sync::RwLock<()>,
+    /// Consecutive failed steps, for the retry backoff.
+    failures: Mutex<HashMap<LeaseKey, u32>>,
 }
 
 /// Locks `m`, also after a panic elsewhere held it: every value guarded in the controller stays
@@ -149,52 +191,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Context {
-    fn now(&self) -> Timestamp {
-        timestamp(jiff::Timestamp::now())
+/// Inserts or removes `key` and returns the set's new size, for a gauge.
+fn mark(set: &Mutex<HashSet<LeaseKey>>, key: &LeaseKey, member: bool) -> i64 {
+    let mut set = lock(set);
+    if member {
+        set.insert(key.clone());
+    } else {
+        set.remove(key);
     }
+    i64::try_from(set.len()).unwrap_or(i64::MAX)
+}
 
+impl Context {
     fn builtin_active(&self) -> bool {
         self.builtin_active.load(Ordering::Relaxed)
     }
 
-    fn set_managed(&self, key: &str, managed: bool) {
-        let mut set = lock(&self.managed);
-        if managed {
-            set.insert(key.to_owned());
-        } else {
-            set.remove(key);
-        }
-        self.metrics
-            .managed_leases
-            .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
+    fn set_managed(&self, key: &LeaseKey, managed: bool) {
+        let count = mark(&self.leases.managed, key, managed);
+        self.metrics.managed_leases.set(count);
     }
 
     /// Marks the election of `key` as blocked by a strategy conflict, or not (any other outcome
     /// of a step: elected, nothing to do, no candidates left, ...).
-    fn set_conflicted(&self, key: &str, conflicted: bool) {
-        let mut set = lock(&self.conflicted);
-        if conflicted {
-            set.insert(key.to_owned());
-        } else {
-            set.remove(key);
-        }
-        self.metrics
-            .conflicted_leases
-            .set(i64::try_from(set.len()).unwrap_or(i64::MAX));
+    fn set_conflicted(&self, key: &LeaseKey, conflicted: bool) {
+        let count = mark(&self.leases.conflicted, key, conflicted);
+        self.metrics.conflicted_leases.set(count);
     }
 
     /// Forgets every managed and every blocked Lease: the term ended, and a follower manages and
     /// blocks nothing.
     fn end_term(&self) {
-        lock(&self.managed).clear();
+        lock(&self.leases.managed).clear();
         self.metrics.managed_leases.set(0);
-        lock(&self.conflicted).clear();
+        lock(&self.leases.conflicted).clear();
         self.metrics.conflicted_leases.set(0);
-    }
-
-    fn record_ping(&self, namespace: &str, name: &str, at: Timestamp) {
-        lock(&self.pings).insert(format!("{namespace}/{name}"), at.as_micros());
     }
 
     async fn decide(
@@ -222,76 +253,48 @@ impl Context {
         result
     }
 
-    /// Publishes an Event on the Lease; failures are logged, never fatal.
-    async fn event(
-        &self,
-        lease: Option<&Lease>,
-        namespace: &str,
-        name: &str,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let reference = ObjectReference {
-            api_version: Some("coordination.k8s.io/v1".into()),
-            kind: Some("Lease".into()),
-            namespace: Some(namespace.to_owned()),
-            name: Some(name.to_owned()),
-            uid: lease.and_then(|l| l.metadata.uid.clone()),
-            resource_version: lease.and_then(|l| l.metadata.resource_version.clone()),
-            ..ObjectReference::default()
-        };
-        let mut note = note;
-        if note.len() > 1000 {
-            let mut cut = 1000;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        let event = KubeEvent {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: "Elect".into(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(%error, reason, "publishing an Event failed");
-        }
-    }
-
-    fn backoff(&self, key: &str) -> Duration {
-        let mut failures = lock(&self.failures);
-        let n = failures.entry(key.to_owned()).or_insert(0);
+    fn backoff(&self, key: &LeaseKey) -> Duration {
+        let mut failures = lock(&self.leases.failures);
+        let n = failures.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
         let exp = (*n - 1).min(7);
         Duration::from_millis(500u64 << exp).min(Duration::from_secs(60))
     }
 
-    fn succeeded(&self, key: &str) {
-        lock(&self.failures).remove(key);
-    }
-
-    fn instant_at(&self, at: Timestamp) -> Instant {
-        let now = self.now();
-        let wait = at.as_micros().saturating_sub(now.as_micros()).max(0);
-        Instant::now() + Duration::from_micros(wait.unsigned_abs())
+    fn succeeded(&self, key: &LeaseKey) {
+        lock(&self.leases.failures).remove(key);
     }
 
     /// Enqueues every Lease that has candidates (on becoming active, or when the built-in
     /// controller's state changes).
     fn enqueue_all(&self) {
-        let keys: HashSet<String> = self
+        let keys: HashSet<LeaseKey> = self
             .caches
             .all_candidates()
             .iter()
-            .filter_map(|c| cache::candidate_lease_key(c))
+            .filter_map(|c| LeaseKey::of_candidate(c))
             .collect();
         for key in keys {
             self.queue.add(key);
         }
     }
+}
+
+/// The monotonic instant at wall-clock time `at` (now if it has passed).
+fn instant_at(at: Timestamp) -> Instant {
+    let wait = at.as_micros().saturating_sub(now().as_micros()).max(0);
+    Instant::now() + Duration::from_micros(wait.unsigned_abs())
+}
+
+/// Whether kube-apiserver's built-in election controller is active: its Lease
+/// ([`BUILTIN_LEASE`]) is held and not expired. This is what `--mode auto` looks at, and what
+/// `conclave status` and the demo show.
+pub async fn builtin_controller_active(client: &Client) -> Result<bool, kube::Error> {
+    let api = kube::Api::<Lease>::namespaced(client.clone(), BUILTIN_LEASE.0);
+    Ok(api.get_opt(BUILTIN_LEASE.1).await?.is_some_and(|lease| {
+        let record = lease_record(&lease);
+        record.holder().is_some() && !record.is_expired(now())
+    }))
 }
 
 /// Runs the controller until `shutdown` is cancelled: caches and metrics at once, workers and GC
@@ -317,41 +320,31 @@ pub async fn run(
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::new(&mut registry);
     let queue = WorkQueue::default();
-    let pings: PendingPings = Arc::default();
+    let pings = Arc::new(Pings::new(metrics.pings_acked.clone()));
     let mut tasks = JoinSet::new();
-    let acked = metrics.pings_acked.clone();
-    let caches = Caches::start(
-        &client,
-        &config.namespaces,
-        &queue,
-        &pings,
-        move || {
-            acked.inc();
-        },
-        &mut tasks,
-    );
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "conclave".into(),
-            instance: Some(config.identity.clone()),
-        },
-    );
+    let caches = Caches::start(&client, &config.namespaces, &queue, &pings, &mut tasks);
+    // A graceful stop drains with the Lease still held; see `leadership`.
+    let drain_grace = config
+        .own_renew_deadline
+        .saturating_sub(config.own_retry_period);
+    let leadership = Leadership::new(shutdown.clone(), drain_grace);
     let ctx = Arc::new(Context {
         client: client.clone(),
         caches,
         queue: queue.clone(),
         decider,
-        recorder,
+        writer: Writer::new(
+            client.clone(),
+            metrics.clone(),
+            leadership.clone(),
+            pings,
+            config.api_timeout,
+        ),
+        events: Events::new(client.clone(), &config.identity, config.api_timeout),
         metrics,
         config: config.clone(),
         builtin_active: AtomicBool::new(false),
-        pings,
-        managed: Mutex::default(),
-        conflicted: Mutex::default(),
-        starts: latency::ElectionStarts::default(),
-        failures: Mutex::default(),
-        writes_in_flight: tokio::sync::RwLock::new(()),
+        leases: LeaseStates::default(),
     });
     let ready = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.metrics_addr {
@@ -397,24 +390,27 @@ pub async fn run(
         .run(
             move |term: conclave_candidate::Term| {
                 let ctx = lead_ctx.clone();
-                async move { lead(ctx, term).await }
+                let leadership = leadership.clone();
+                async move { lead(ctx, &leadership, term).await }
             },
             shutdown.clone(),
         )
         .await;
     queue.shutdown();
     // Wait for writes still in flight (none should be, the term drained its workers).
-    drop(ctx.writes_in_flight.write().await);
+    ctx.writer.drain().await;
     tasks.shutdown().await;
     result.map_err(Error::from)
 }
 
-/// The active replica's work: workers and candidate GC, until the term ends.
-async fn lead(ctx: Arc<Context>, term: conclave_candidate::Term) {
+/// The active replica's work: workers and candidate GC, until the term ends. The writer sends
+/// only while `leadership` holds this term.
+async fn lead(ctx: Arc<Context>, leadership: &Leadership, term: conclave_candidate::Term) {
     tracing::info!(term = term.number(), "became the active controller");
+    leadership.begin(term.token().clone());
     ctx.metrics.active.set(1);
     // Keys queued while following, and elections left over from an earlier term, start now.
-    ctx.starts.reset();
+    ctx.leases.starts.reset();
     ctx.queue.restart_triggers();
     ctx.enqueue_all();
     for worker in 0..ctx.config.workers {
@@ -436,6 +432,7 @@ async fn lead(ctx: Arc<Context>, term: conclave_candidate::Term) {
     let token = term.token().clone();
     term.spawn(async move { candidate_gc(gc_ctx, token).await });
     term.cancelled().await;
+    leadership.ended();
     ctx.metrics.active.set(0);
     ctx.end_term();
     tracing::info!(term = term.number(), "stopped being the active controller");
@@ -451,7 +448,7 @@ async fn process(ctx: &Arc<Context>, item: Item) {
         Next::Idle => ctx.succeeded(&item.key),
         Next::At(at) => {
             ctx.succeeded(&item.key);
-            ctx.queue.add_at(item.key.clone(), ctx.instant_at(at));
+            ctx.queue.add_at(item.key.clone(), instant_at(at));
         }
         Next::Retry => {
             let delay = ctx.backoff(&item.key);
@@ -473,9 +470,8 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
             () = token.cancelled() => return,
             () = tokio::time::sleep(period) => {}
         }
-        let now = ctx.now();
+        let now = now();
         for candidate in ctx.caches.all_candidates() {
-            let lease = cache::candidate_lease_key(&candidate).unwrap_or_default();
             if !candidate_expired(
                 &candidate_view(&candidate),
                 now,
@@ -483,20 +479,25 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
             ) {
                 continue;
             }
-            let (Some(ns), Some(name)) = (
-                candidate.metadata.namespace.as_deref(),
-                candidate.metadata.name.as_deref(),
+            let (Some(key), lease) = (
+                CandidateKey::of(&candidate),
+                LeaseKey::of_candidate(&candidate),
             ) else {
                 continue;
             };
-            match writer::collect_candidate(&ctx, ns, name, now).await {
+            let lease = lease.map(|l| l.to_string()).unwrap_or_default();
+            match ctx
+                .writer
+                .collect_candidate(&key, now, ctx.config.candidate_gc_after)
+                .await
+            {
                 Ok(true) => {
                     ctx.metrics.gc_deletions.inc();
-                    tracing::info!(%lease, candidate = %format!("{ns}/{name}"), "garbage-collected a LeaseCandidate");
+                    tracing::info!(%lease, candidate = %key, "garbage-collected a LeaseCandidate");
                 }
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%lease, candidate = %format!("{ns}/{name}"), %error, "candidate GC failed");
+                    tracing::warn!(%lease, candidate = %key, %error, "candidate GC failed");
                 }
             }
         }
@@ -531,25 +532,26 @@ async fn watch_builtin(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 async fn check_builtin(ctx: &Context) {
-    let api = kube::Api::<Lease>::namespaced(ctx.client.clone(), BUILTIN_LEASE.0);
-    {
-        let active = match api.get_opt(BUILTIN_LEASE.1).await {
-            Ok(Some(lease)) => {
-                let record = lease_record(&lease);
-                record.holder().is_some() && !record.is_expired(ctx.now())
-            }
-            Ok(None) => false,
-            Err(error) => {
-                tracing::debug!(%error, "reading the built-in controller's Lease");
-                ctx.builtin_active()
-            }
-        };
-        if ctx.builtin_active.swap(active, Ordering::Relaxed) != active {
-            tracing::info!(
-                active,
-                "kube-apiserver's built-in election controller changed state"
-            );
-            ctx.enqueue_all();
+    let check = tokio::time::timeout(
+        ctx.config.api_timeout,
+        builtin_controller_active(&ctx.client),
+    );
+    let active = match check.await {
+        Ok(Ok(active)) => active,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "reading the built-in controller's Lease");
+            ctx.builtin_active()
         }
+        Err(_) => {
+            tracing::debug!("reading the built-in controller's Lease timed out");
+            ctx.builtin_active()
+        }
+    };
+    if ctx.builtin_active.swap(active, Ordering::Relaxed) != active {
+        tracing::info!(
+            active,
+            "kube-apiserver's built-in election controller changed state"
+        );
+        ctx.enqueue_all();
     }
 }

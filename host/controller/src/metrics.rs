@@ -1,21 +1,141 @@
-//! The controller's Prometheus metrics (`/metrics`).
+//! The controller's Prometheus metrics (`/metrics`) and their label values, each an enum with a
+//! `label()` so a value is named once and a typo cannot make a new series.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use conclave_core::plan::WriteKind;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::fmt::Write as _;
+
+/// Implements [`EncodeLabelValue`] through the type's `label()`.
+macro_rules! label_value {
+    ($type:ty) => {
+        impl EncodeLabelValue for $type {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                encoder.write_str(self.label())
+            }
+        }
+    };
+}
+
+/// How an election step ended, as counted by `conclave_elections`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ElectionOutcome {
+    /// The Lease was created with the winner as holder.
+    Create,
+    /// The winner took over a free or expired Lease.
+    TakeOver,
+    /// A live holder was asked to step down for the winner (`preferredHolder`).
+    Preempt,
+    /// The winner holds the Lease; a stale `preferredHolder` was cleared.
+    ClearPreferred,
+    /// No loaded plugin implements the strategy.
+    UnknownStrategy,
+    /// The strategy call failed.
+    PluginError,
+    /// The strategy elected nobody.
+    NoWinner,
+    /// The Lease write failed (not a conflict).
+    WriteError,
+}
+
+impl ElectionOutcome {
+    /// The metric label.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::TakeOver => "take_over",
+            Self::Preempt => "preempt",
+            Self::ClearPreferred => "clear_preferred",
+            Self::UnknownStrategy => "unknown_strategy",
+            Self::PluginError => "plugin_error",
+            Self::NoWinner => "no_winner",
+            Self::WriteError => "write_error",
+        }
+    }
+}
+
+impl From<WriteKind> for ElectionOutcome {
+    fn from(kind: WriteKind) -> Self {
+        match kind {
+            WriteKind::Create => Self::Create,
+            WriteKind::TakeOver => Self::TakeOver,
+            WriteKind::Preempt => Self::Preempt,
+            WriteKind::ClearPreferred => Self::ClearPreferred,
+        }
+    }
+}
+
+label_value!(ElectionOutcome);
+
+/// A kind of API write the controller makes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Operation {
+    /// Create a Lease.
+    LeaseCreate,
+    /// Replace a Lease (resourceVersion precondition).
+    LeaseUpdate,
+    /// Set a candidate's `spec.pingTime` (resourceVersion precondition).
+    Ping,
+    /// Delete a candidate (garbage collection; resourceVersion precondition).
+    CandidateDelete,
+}
+
+impl Operation {
+    /// The metric label.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::LeaseCreate => "lease_create",
+            Self::LeaseUpdate => "lease_update",
+            Self::Ping => "ping",
+            Self::CandidateDelete => "candidate_delete",
+        }
+    }
+}
+
+label_value!(Operation);
+
+/// How an API write ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WriteResult {
+    /// Written.
+    Ok,
+    /// The object changed since it was read (409), already exists, or is gone.
+    Conflict,
+    /// No answer within the controller's API timeout.
+    Timeout,
+    /// Any other failure.
+    Error,
+}
+
+impl WriteResult {
+    /// The metric label.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Conflict => "conflict",
+            Self::Timeout => "timeout",
+            Self::Error => "error",
+        }
+    }
+}
+
+label_value!(WriteResult);
 
 /// Labels of an election outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ElectionLabels {
     /// The strategy the election ran under.
     pub strategy: String,
-    /// `create`, `take_over`, `preempt`, `clear_preferred`, `unknown_strategy`, `plugin_error`,
-    /// `no_winner`, `write_error`. A strategy conflict has no strategy to label it with; it is
-    /// counted by `strategy_conflicts` and shown by `strategy_conflicted_leases`.
-    pub outcome: String,
+    /// How the step ended. A strategy conflict has no strategy to label it with; it is counted by
+    /// `strategy_conflicts` and shown by `strategy_conflicted_leases`.
+    pub outcome: ElectionOutcome,
 }
 
 /// Labels naming a strategy.
@@ -30,17 +150,24 @@ pub struct StrategyLabels {
 pub struct PluginErrorLabels {
     /// The strategy.
     pub strategy: String,
-    /// [`EngineError::kind`](conclave_engine::EngineError::kind).
+    /// [`DecideError::kind`](crate::DecideError::kind).
     pub kind: String,
 }
 
 /// Labels of an API write.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `lease_create`, `lease_update`, `ping`, `candidate_delete`.
-    pub operation: String,
-    /// `ok`, `conflict`, `error`.
-    pub result: String,
+    /// What was written.
+    pub operation: Operation,
+    /// How it ended.
+    pub result: WriteResult,
+}
+
+/// Labels of a write that was not sent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// What would have been written.
+    pub operation: Operation,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -79,6 +206,8 @@ pub struct Metrics {
     pub gc_deletions: Counter,
     /// API writes by operation and result.
     pub writes: Family<WriteLabels, Counter>,
+    /// Writes not sent because this replica no longer leads, by operation.
+    pub writes_dropped: Family<OperationLabels, Counter>,
     /// Whether this replica is the active one (1) or a follower (0).
     pub active: Gauge,
 }
@@ -100,6 +229,7 @@ impl Metrics {
             candidates: Gauge::default(),
             gc_deletions: Counter::default(),
             writes: Family::default(),
+            writes_dropped: Family::default(),
             active: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("conclave");
@@ -169,6 +299,11 @@ impl Metrics {
             metrics.writes.clone(),
         );
         r.register(
+            "api_writes_dropped",
+            "API writes not sent because this replica no longer holds the controller Lease",
+            metrics.writes_dropped.clone(),
+        );
+        r.register(
             "active",
             "1 if this replica is the active controller, 0 if it follows",
             metrics.active.clone(),
@@ -177,22 +312,56 @@ impl Metrics {
     }
 
     /// Counts one election step outcome.
-    pub fn election(&self, strategy: &str, outcome: &str) {
+    pub fn election(&self, strategy: &str, outcome: ElectionOutcome) {
         self.elections
             .get_or_create(&ElectionLabels {
                 strategy: strategy.to_owned(),
-                outcome: outcome.to_owned(),
+                outcome,
             })
             .inc();
     }
 
     /// Counts one API write.
-    pub fn write(&self, operation: &str, result: &str) {
+    pub fn write(&self, operation: Operation, result: WriteResult) {
         self.writes
-            .get_or_create(&WriteLabels {
-                operation: operation.to_owned(),
-                result: result.to_owned(),
-            })
+            .get_or_create(&WriteLabels { operation, result })
             .inc();
+    }
+
+    /// Counts one write not sent because this replica no longer leads.
+    pub fn write_dropped(&self, operation: Operation) {
+        self.writes_dropped
+            .get_or_create(&OperationLabels { operation })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_the_enums_labels() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        metrics.write(Operation::LeaseCreate, WriteResult::Conflict);
+        metrics.election("S", ElectionOutcome::from(WriteKind::TakeOver));
+        metrics.write_dropped(Operation::Ping);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(
+                r#"conclave_api_writes_total{operation="lease_create",result="conflict"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"conclave_elections_total{strategy="S",outcome="take_over"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"conclave_api_writes_dropped_total{operation="ping"} 1"#),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,7 @@
 //! A write whose response arrives after a watch event of its Lease is not kept: that event may be
 //! the write itself or a newer change, and the cache is then at least as new as the write.
 
+use super::key::LeaseKey;
 use super::lock;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::collections::HashMap;
@@ -18,9 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Default)]
 struct State {
     /// Lease key -> the Lease as this controller last wrote it.
-    written: HashMap<String, Arc<Lease>>,
+    written: HashMap<LeaseKey, Arc<Lease>>,
     /// Lease key -> the ticket of the write in flight, while no watch event of it has arrived.
-    in_flight: HashMap<String, u64>,
+    in_flight: HashMap<LeaseKey, u64>,
     next_ticket: u64,
 }
 
@@ -34,7 +35,7 @@ pub struct OwnWrites {
 /// [`WriteTicket::succeeded`] records nothing.
 pub struct WriteTicket {
     owner: Arc<OwnWrites>,
-    key: String,
+    key: LeaseKey,
     id: u64,
 }
 
@@ -43,8 +44,8 @@ impl OwnWrites {
         lock(&self.state)
     }
 
-    /// A write of Lease `key` (`namespace/name`) is about to be sent.
-    pub fn begin(self: &Arc<Self>, key: String) -> WriteTicket {
+    /// A write of Lease `key` is about to be sent.
+    pub fn begin(self: &Arc<Self>, key: LeaseKey) -> WriteTicket {
         let mut state = self.lock();
         state.next_ticket += 1;
         let id = state.next_ticket;
@@ -58,12 +59,12 @@ impl OwnWrites {
 
     /// The Lease `key` as this controller wrote it, if no watch event of it came since.
     #[must_use]
-    pub fn get(&self, key: &str) -> Option<Arc<Lease>> {
+    pub fn get(&self, key: &LeaseKey) -> Option<Arc<Lease>> {
         self.lock().written.get(key).cloned()
     }
 
     /// A watch event of Lease `key` arrived: the cache is now the truth for it.
-    pub fn observed(&self, key: &str) {
+    pub fn observed(&self, key: &LeaseKey) {
         let mut state = self.lock();
         state.written.remove(key);
         state.in_flight.remove(key);
@@ -77,7 +78,7 @@ impl OwnWrites {
     }
 
     /// A write based on the kept Lease `key` was refused: stop reading it.
-    pub fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &LeaseKey) {
         self.lock().written.remove(key);
     }
 }
@@ -110,7 +111,13 @@ mod tests {
     use super::*;
     use kube::api::ObjectMeta;
 
-    const KEY: &str = "ns/lease";
+    fn key() -> LeaseKey {
+        LeaseKey::new("ns", "lease")
+    }
+
+    fn other() -> LeaseKey {
+        LeaseKey::new("ns", "other")
+    }
 
     fn lease(resource_version: &str) -> Lease {
         Lease {
@@ -125,53 +132,53 @@ mod tests {
     }
 
     fn kept_version(own: &OwnWrites) -> Option<String> {
-        own.get(KEY)
+        own.get(&key())
             .and_then(|l| l.metadata.resource_version.clone())
     }
 
     #[test]
     fn a_write_is_read_back_until_the_next_watch_event() {
         let own = Arc::new(OwnWrites::default());
-        own.begin(KEY.into()).succeeded(&lease("10"));
+        own.begin(key()).succeeded(&lease("10"));
         assert_eq!(kept_version(&own).as_deref(), Some("10"));
-        assert!(own.get("ns/other").is_none());
-        own.observed(KEY);
-        assert!(own.get(KEY).is_none());
+        assert!(own.get(&other()).is_none());
+        own.observed(&key());
+        assert!(own.get(&key()).is_none());
     }
 
     #[test]
     fn a_write_answered_after_a_watch_event_is_not_kept() {
         let own = Arc::new(OwnWrites::default());
-        let ticket = own.begin(KEY.into());
+        let ticket = own.begin(key());
         // The write's own event, or a newer change, reached the cache before the response.
-        own.observed(KEY);
+        own.observed(&key());
         ticket.succeeded(&lease("10"));
-        assert!(own.get(KEY).is_none(), "the cache may already be newer");
+        assert!(own.get(&key()).is_none(), "the cache may already be newer");
     }
 
     #[test]
     fn a_failed_write_leaves_nothing_and_the_next_write_is_kept() {
         let own = Arc::new(OwnWrites::default());
-        drop(own.begin(KEY.into()));
+        drop(own.begin(key()));
         assert!(own.lock().in_flight.is_empty());
-        own.begin(KEY.into()).succeeded(&lease("11"));
+        own.begin(key()).succeeded(&lease("11"));
         assert_eq!(kept_version(&own).as_deref(), Some("11"));
     }
 
     #[test]
     fn a_conflict_or_a_relist_drops_kept_writes() {
         let own = Arc::new(OwnWrites::default());
-        own.begin(KEY.into()).succeeded(&lease("10"));
-        own.forget(KEY);
-        assert!(own.get(KEY).is_none());
+        own.begin(key()).succeeded(&lease("10"));
+        own.forget(&key());
+        assert!(own.get(&key()).is_none());
 
-        own.begin(KEY.into()).succeeded(&lease("12"));
-        let in_flight = own.begin("ns/other".into());
+        own.begin(key()).succeeded(&lease("12"));
+        let in_flight = own.begin(other());
         own.relisted();
-        assert!(own.get(KEY).is_none());
+        assert!(own.get(&key()).is_none());
         in_flight.succeeded(&lease("13"));
         assert!(
-            own.get("ns/other").is_none(),
+            own.get(&other()).is_none(),
             "a relist supersedes writes in flight"
         );
     }

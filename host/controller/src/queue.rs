@@ -1,17 +1,18 @@
-//! The work queue: Lease keys (`namespace/name`), deduplicated, with delayed re-adds, and at most
+//! The work queue: Lease keys, deduplicated, with delayed re-adds, and at most
 //! one worker per key at a time.
 //!
 //! A key added while a worker holds it is marked dirty and handed out again once the worker is
 //! done, so no event is lost and no Lease is reconciled twice concurrently. A delayed add keeps
 //! only the earliest deadline per key; an immediate add supersedes any delay.
 
+use super::key::LeaseKey;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// A Lease key, `namespace/name`.
-pub type Key = String;
+/// What the queue holds: Leases.
+pub type Key = LeaseKey;
 
 #[derive(Default)]
 struct State {
@@ -205,22 +206,26 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn key(name: &str) -> LeaseKey {
+        LeaseKey::new("ns", name)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn deduplicates_and_holds_one_worker_per_key() {
         let q = WorkQueue::default();
-        q.add("ns/a".into());
-        q.add("ns/a".into());
-        q.add("ns/b".into());
+        q.add(key("a"));
+        q.add(key("a"));
+        q.add(key("b"));
         let a = q.next().await.expect("a");
-        assert_eq!(a.key, "ns/a");
+        assert_eq!(a.key, key("a"));
         // Added again while a worker holds it: not handed out until done.
-        q.add("ns/a".into());
+        q.add(key("a"));
         let b = q.next().await.expect("b");
-        assert_eq!(b.key, "ns/b");
+        assert_eq!(b.key, key("b"));
         assert!(q.is_empty());
         q.done(a);
         let again = q.next().await.expect("a again");
-        assert_eq!(again.key, "ns/a");
+        assert_eq!(again.key, key("a"));
         q.done(again);
         q.done(b);
         assert!(q.is_empty());
@@ -230,12 +235,12 @@ mod tests {
     async fn delayed_adds_keep_the_earliest_deadline() {
         let q = WorkQueue::default();
         let now = Instant::now();
-        q.add_at("ns/a".into(), now + Duration::from_secs(10));
-        q.add_at("ns/a".into(), now + Duration::from_secs(3));
-        q.add_at("ns/a".into(), now + Duration::from_secs(7));
+        q.add_at(key("a"), now + Duration::from_secs(10));
+        q.add_at(key("a"), now + Duration::from_secs(3));
+        q.add_at(key("a"), now + Duration::from_secs(7));
         assert_eq!(q.len(), 1);
         let item = q.next().await.expect("a");
-        assert_eq!(item.key, "ns/a");
+        assert_eq!(item.key, key("a"));
         let waited = Instant::now() - now;
         assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(7));
         q.done(item);
@@ -245,14 +250,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn restarted_triggers_count_from_the_restart() {
         let q = WorkQueue::default();
-        q.add("ns/a".into());
+        q.add(key("a"));
         tokio::time::advance(Duration::from_secs(3600)).await;
         let restarted = Instant::now();
         q.restart_triggers();
-        q.add("ns/b".into());
+        q.add(key("b"));
         tokio::time::advance(Duration::from_secs(1)).await;
         let a = q.next().await.expect("a");
-        assert_eq!((a.key.as_str(), a.triggered_at), ("ns/a", restarted));
+        assert_eq!((&a.key, a.triggered_at), (&key("a"), restarted));
         let b = q.next().await.expect("b");
         assert_eq!(b.triggered_at, restarted, "added after the restart");
         q.done(a);
@@ -262,8 +267,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn immediate_add_supersedes_a_delay_and_shutdown_ends_workers() {
         let q = WorkQueue::default();
-        q.add_at("ns/a".into(), Instant::now() + Duration::from_secs(60));
-        q.add("ns/a".into());
+        q.add_at(key("a"), Instant::now() + Duration::from_secs(60));
+        q.add(key("a"));
         let item = q.next().await.expect("a");
         q.done(item);
         assert!(q.is_empty(), "the delayed entry was replaced");

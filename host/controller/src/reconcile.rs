@@ -3,16 +3,18 @@
 //! write, and report (metrics, Events, logs).
 
 use super::Context;
+use super::events::EventReason;
+use super::key::{CandidateKey, LeaseKey};
 use super::latency::Progress;
-use super::writer::{self, WriteError};
-use conclave_core::k8s::{candidate_view, lease_record, validate_lease_candidate};
+use super::metrics::{ElectionOutcome, PluginErrorLabels, StrategyLabels};
+use super::writer::WriteError;
+use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candidate};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::plan::{self, LeaseWrite, WriteKind};
 use conclave_core::request::CandidateView;
-use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepConfig, StepInput, plan_step};
+use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepInput, plan_step};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::events::EventType;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -30,37 +32,33 @@ pub enum Next {
 /// How many times a step re-reads the Lease after a write conflict before requeueing.
 const CONFLICT_ATTEMPTS: usize = 3;
 
-/// Runs one election step for `namespace/name`. Never panics on missing fields.
+/// Runs one election step for the Lease `key`. Never panics on missing fields.
 ///
 /// Every exit reports to the election's start time: it is kept while the election goes on
 /// (pings outstanding, retry), observed as `election_latency_seconds` on a write, and forgotten
 /// on any other exit.
-pub async fn reconcile(ctx: &Arc<Context>, key: &str, triggered_at: Instant) -> Next {
+pub async fn reconcile(ctx: &Arc<Context>, key: &LeaseKey, triggered_at: Instant) -> Next {
     let (next, progress) = reconcile_key(ctx, key).await;
-    if let Some(latency) = ctx.starts.finish(key, triggered_at, &progress)
+    if let Some(latency) = ctx.leases.starts.finish(key, triggered_at, &progress)
         && let Progress::Written { strategy, .. } = progress
     {
         ctx.metrics
             .election_latency
-            .get_or_create(&super::metrics::StrategyLabels { strategy })
+            .get_or_create(&StrategyLabels { strategy })
             .observe(latency.as_secs_f64());
     }
     next
 }
 
-async fn reconcile_key(ctx: &Arc<Context>, key: &str) -> (Next, Progress) {
-    let Some((namespace, name)) = key.split_once('/') else {
-        tracing::warn!("malformed Lease key; dropped");
-        return (Next::Idle, Progress::Settled);
-    };
-    let mut lease_obj = ctx.caches.lease(namespace, name);
+async fn reconcile_key(ctx: &Arc<Context>, key: &LeaseKey) -> (Next, Progress) {
+    let mut lease_obj = ctx.caches.lease(key);
     for _ in 0..CONFLICT_ATTEMPTS {
-        match step(ctx, key, namespace, name, lease_obj.as_deref()).await {
+        match step(ctx, key, lease_obj.as_deref()).await {
             Ok(stepped) => return stepped,
             Err(StepError::Conflict) => {
                 tracing::debug!("Lease changed under the write; re-reading it");
-                ctx.caches.forget_write(namespace, name);
-                match writer::read_lease(ctx, namespace, name).await {
+                ctx.caches.forget_write(key);
+                match ctx.writer.read_lease(key).await {
                     Ok(fresh) => lease_obj = fresh.map(Arc::new),
                     Err(error) => {
                         tracing::warn!(%error, "re-reading the Lease after a conflict");
@@ -80,9 +78,9 @@ enum StepError {
 }
 
 /// The valid candidates of a Lease, as core views (invalid ones are logged and left out).
-fn valid_candidates(ctx: &Context, namespace: &str, name: &str) -> Vec<CandidateView> {
+fn valid_candidates(ctx: &Context, key: &LeaseKey) -> Vec<CandidateView> {
     ctx.caches
-        .candidates_for(namespace, name)
+        .candidates_for(key)
         .iter()
         .filter(|c| {
             let errors = validate_lease_candidate(c);
@@ -101,36 +99,29 @@ fn valid_candidates(ctx: &Context, namespace: &str, name: &str) -> Vec<Candidate
 
 async fn step(
     ctx: &Arc<Context>,
-    key: &str,
-    namespace: &str,
-    name: &str,
+    key: &LeaseKey,
     lease_obj: Option<&Lease>,
 ) -> Result<(Next, Progress), StepError> {
-    let now = ctx.now();
+    let now = now();
     let lease = lease_obj.map(lease_record);
-    let candidates = valid_candidates(ctx, namespace, name);
+    let candidates = valid_candidates(ctx, key);
     let plan = {
         let decider = &ctx.decider;
         let has_strategy = |strategy: &str| decider.has_strategy(strategy);
         plan_step(&StepInput {
-            namespace,
-            name,
+            namespace: &key.namespace,
+            name: &key.name,
             lease: lease.as_ref(),
             candidates: &candidates,
             now,
-            config: StepConfig {
-                ack_window: ctx.config.ack_window,
-                candidate_gc_after: ctx.config.candidate_gc_after,
-                lease_duration_seconds: ctx.config.lease_duration_seconds,
-                mode: ctx.config.mode,
-            },
+            config: ctx.config.step_config(),
             builtin_active: ctx.builtin_active(),
             has_strategy: &has_strategy,
         })
     };
     let election = match plan {
         Plan::Skip(skip) => {
-            report_skip(ctx, key, lease_obj, namespace, name, skip.reason).await;
+            report_skip(ctx, key, lease_obj, skip.reason).await;
             return Ok((next_at(skip.recheck_at), Progress::Settled));
         }
         Plan::Decide(election) => election,
@@ -141,30 +132,30 @@ async fn step(
     let answer = match ctx.decide(&strategy, election.request().clone()).await {
         Ok(answer) => answer,
         Err(error) => {
-            ctx.metrics.election(&strategy, "plugin_error");
+            ctx.metrics
+                .election(&strategy, ElectionOutcome::PluginError);
             ctx.metrics
                 .plugin_errors
-                .get_or_create(&super::metrics::PluginErrorLabels {
+                .get_or_create(&PluginErrorLabels {
                     strategy: strategy.clone(),
                     kind: error.kind.to_owned(),
                 })
                 .inc();
             tracing::warn!(%strategy, kind = error.kind, %error, "plugin error; Lease left as it is");
-            ctx.event(
-                lease_obj,
-                namespace,
-                name,
-                EventType::Warning,
-                "PluginError",
-                format!("strategy {strategy:?} failed ({}): {error}", error.kind),
-            )
-            .await;
+            ctx.events
+                .publish(
+                    lease_obj,
+                    key,
+                    EventReason::PluginError,
+                    format!("strategy {strategy:?} failed ({}): {error}", error.kind),
+                )
+                .await;
             return Err(StepError::Retry);
         }
     };
     match election.apply_answer(answer.as_deref()) {
         Outcome::NoWinner { recheck_at } => {
-            ctx.metrics.election(&strategy, "no_winner");
+            ctx.metrics.election(&strategy, ElectionOutcome::NoWinner);
             tracing::info!(%strategy, "the strategy elected nobody");
             Ok((next_at(recheck_at), Progress::Settled))
         }
@@ -175,7 +166,16 @@ async fn step(
             recheck_at,
         } => {
             tracing::debug!(%winner, pings = ?to_ping, "pinging candidates before electing");
-            if writer::ping_all(ctx, namespace, &to_ping, now)
+            let objects: Vec<_> = to_ping
+                .iter()
+                .filter_map(|name| {
+                    ctx.caches
+                        .candidate(&CandidateKey::new(&key.namespace, name))
+                })
+                .collect();
+            if ctx
+                .writer
+                .ping_all(&objects, now, ctx.config.ack_window)
                 .await
                 .is_err()
             {
@@ -188,21 +188,14 @@ async fn step(
             Ok((Next::At(recheck_at), Progress::Continues))
         }
         Outcome::Write { winner, write } => {
-            write_lease(ctx, lease_obj, &election, &winner, &write, now).await
+            write_lease(ctx, key, lease_obj, &election, &winner, &write, now).await
         }
     }
 }
 
 /// Reports a step that wrote nothing without asking the strategy: the managed and blocked
 /// gauges, and for a conflict or an unknown strategy a metric, a warning and an Event.
-async fn report_skip(
-    ctx: &Context,
-    key: &str,
-    lease_obj: Option<&Lease>,
-    namespace: &str,
-    name: &str,
-    reason: SkipReason,
-) {
+async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason: SkipReason) {
     ctx.set_conflicted(key, matches!(reason, SkipReason::Conflict(_)));
     if let Some(managed) = reason.managed() {
         ctx.set_managed(key, managed);
@@ -212,34 +205,33 @@ async fn report_skip(
         SkipReason::Conflict(conflict) => {
             ctx.metrics.conflicts.inc();
             tracing::warn!(%conflict, "strategy conflict; nothing written");
-            ctx.event(
-                lease_obj,
-                namespace,
-                name,
-                EventType::Warning,
-                "StrategyConflict",
-                conflict.to_string(),
-            )
-            .await;
+            ctx.events
+                .publish(
+                    lease_obj,
+                    key,
+                    EventReason::StrategyConflict,
+                    conflict.to_string(),
+                )
+                .await;
         }
         SkipReason::NotHandled { strategy } => {
             tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
         }
         SkipReason::UnknownStrategy { strategy } => {
-            ctx.metrics.election(&strategy, "unknown_strategy");
+            ctx.metrics
+                .election(&strategy, ElectionOutcome::UnknownStrategy);
             tracing::warn!(%strategy, "no plugin implements the strategy; nothing written");
-            ctx.event(
-                lease_obj,
-                namespace,
-                name,
-                EventType::Warning,
-                "UnknownStrategy",
-                format!(
-                    "no loaded plugin implements strategy {strategy:?}; add one with --plugins or \
-                     fix spec.strategy"
-                ),
-            )
-            .await;
+            ctx.events
+                .publish(
+                    lease_obj,
+                    key,
+                    EventReason::UnknownStrategy,
+                    format!(
+                        "no loaded plugin implements strategy {strategy:?}; add one with \
+                         --plugins or fix spec.strategy"
+                    ),
+                )
+                .await;
         }
         SkipReason::AllUnresponsive { .. } => {
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
@@ -250,6 +242,7 @@ async fn report_skip(
 /// Makes the Lease write of an election (with the resourceVersion of `lease_obj`) and reports it.
 async fn write_lease(
     ctx: &Context,
+    key: &LeaseKey,
     lease_obj: Option<&Lease>,
     election: &Election,
     winner: &str,
@@ -257,20 +250,16 @@ async fn write_lease(
     now: Timestamp,
 ) -> Result<(Next, Progress), StepError> {
     let strategy = election.strategy();
-    let (namespace, name) = (
-        election.request().lease.namespace.as_str(),
-        election.request().lease.name.as_str(),
-    );
     let kind = write.kind;
-    let ticket = ctx.caches.begin_write(namespace, name);
-    match writer::write_lease(ctx, lease_obj, &write.desired).await {
+    let ticket = ctx.caches.begin_write(key);
+    match ctx.writer.write_lease(lease_obj, &write.desired).await {
         Ok(written) => {
             let written_at = Instant::now();
             ticket.succeeded(&written);
-            ctx.metrics.election(strategy, kind.label());
+            ctx.metrics.election(strategy, ElectionOutcome::from(kind));
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
-                    "Elected",
+                    EventReason::Elected,
                     format!(
                         "{winner} elected by strategy {strategy:?} ({})",
                         kind.label()
@@ -279,12 +268,12 @@ async fn write_lease(
                 WriteKind::Preempt => {
                     ctx.metrics
                         .preemptions
-                        .get_or_create(&super::metrics::StrategyLabels {
+                        .get_or_create(&StrategyLabels {
                             strategy: strategy.to_owned(),
                         })
                         .inc();
                     (
-                        "Preempted",
+                        EventReason::Preempted,
                         format!(
                             "{} asked to step down for {winner} (strategy {strategy:?})",
                             election
@@ -295,20 +284,14 @@ async fn write_lease(
                     )
                 }
                 WriteKind::ClearPreferred => (
-                    "Elected",
+                    EventReason::Elected,
                     format!("{winner} holds the Lease; preferredHolder cleared"),
                 ),
             };
             tracing::info!(%winner, %strategy, write = kind.label(), "Lease written");
-            ctx.event(
-                Some(&written),
-                namespace,
-                name,
-                EventType::Normal,
-                reason,
-                message,
-            )
-            .await;
+            ctx.events
+                .publish(Some(&written), key, reason, message)
+                .await;
             let record = lease_record(&written);
             Ok((
                 next_at(plan::recheck_at(Some(&record), now)),
@@ -319,8 +302,9 @@ async fn write_lease(
             ))
         }
         Err(WriteError::Conflict) => Err(StepError::Conflict),
-        Err(WriteError::Api(error)) => {
-            ctx.metrics.election(strategy, "write_error");
+        Err(WriteError::NotLeading) => Err(StepError::Retry),
+        Err(error @ (WriteError::Api(_) | WriteError::Timeout(_))) => {
+            ctx.metrics.election(strategy, ElectionOutcome::WriteError);
             tracing::warn!(%error, write = kind.label(), "writing the Lease failed");
             Err(StepError::Retry)
         }

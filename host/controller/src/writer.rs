@@ -1,8 +1,18 @@
 //! The only code that writes: Leases (create, or replace with the resourceVersion read), pings
 //! (candidate replace with its resourceVersion) and candidate deletion (with a resourceVersion
-//! precondition). A 409 is reported as [`WriteError::Conflict`] so the caller re-reads.
+//! precondition).
+//!
+//! A [`Writer`] holds what writing needs and nothing else: the client, the metrics, the ping
+//! record and a [`Leadership`] handle. Before every write it checks that this replica still leads
+//! and drops the write otherwise (counted in `conclave_api_writes_dropped`), so a replica that
+//! lost its own Lease while a step was under way sends nothing more; every call it makes, reads
+//! included, is bounded by the API timeout. A 409 is reported as [`WriteError::Conflict`] so the
+//! caller re-reads.
 
-use super::Context;
+use super::index::Pings;
+use super::key::{CandidateKey, LeaseKey};
+use super::leadership::Leadership;
+use super::metrics::{Metrics, Operation, WriteResult};
 use conclave_core::k8s::{candidate_view, micro_time};
 use conclave_core::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord};
 use conclave_core::plan::{Liveness, candidate_expired, liveness};
@@ -10,45 +20,257 @@ use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
-use kube::{Api, Error};
+use kube::{Api, Client};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Why a write did not happen.
+/// Why a write (or a read made for one) did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// The object changed (409 Conflict) or already exists: re-read and plan again.
     #[error("the object changed since it was read")]
     Conflict,
+    /// This replica no longer holds the controller Lease; nothing was sent.
+    #[error("this replica no longer leads; the write was not sent")]
+    NotLeading,
+    /// The API server did not answer within the API timeout.
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(Duration),
     /// Any other API failure.
     #[error(transparent)]
-    Api(Error),
+    Api(kube::Error),
 }
 
-fn classify(error: Error) -> WriteError {
+impl WriteError {
+    /// The `result` label of a write that failed this way (a dropped write is not sent, and
+    /// counted apart).
+    #[must_use]
+    pub const fn result(&self) -> WriteResult {
+        match self {
+            Self::Conflict => WriteResult::Conflict,
+            Self::Timeout(_) => WriteResult::Timeout,
+            Self::NotLeading | Self::Api(_) => WriteResult::Error,
+        }
+    }
+}
+
+/// Sends the controller's writes, gated on leadership and bounded by a timeout.
+pub struct Writer {
+    client: Client,
+    metrics: Metrics,
+    leadership: Leadership,
+    pings: Arc<Pings>,
+    timeout: Duration,
+    /// Writes hold it shared; [`Writer::drain`] takes it exclusively to wait for them.
+    in_flight: tokio::sync::RwLock<()>,
+}
+
+impl Writer {
+    /// A writer that sends through `client` while `leadership` leads, records the pings it sends
+    /// in `pings`, and gives every API call `timeout`.
+    #[must_use]
+    pub fn new(
+        client: Client,
+        metrics: Metrics,
+        leadership: Leadership,
+        pings: Arc<Pings>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            client,
+            metrics,
+            leadership,
+            pings,
+            timeout,
+            in_flight: tokio::sync::RwLock::new(()),
+        }
+    }
+
+    /// Waits until no write is in flight (at shutdown).
+    pub async fn drain(&self) {
+        drop(self.in_flight.write().await);
+    }
+
+    /// Runs a read within the timeout.
+    async fn read<T>(
+        &self,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        tokio::time::timeout(self.timeout, request)
+            .await
+            .map_err(|_| WriteError::Timeout(self.timeout))?
+            .map_err(WriteError::Api)
+    }
+
+    /// Sends a write if this replica still leads, within the timeout, and counts it.
+    async fn send<T>(
+        &self,
+        operation: Operation,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        if !self.leadership.is_leading() {
+            self.metrics.write_dropped(operation);
+            tracing::debug!(
+                operation = operation.label(),
+                "not leading any more; write dropped"
+            );
+            return Err(WriteError::NotLeading);
+        }
+        let _in_flight = self.in_flight.read().await;
+        let result = match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(classify(error, operation)),
+            Err(_) => Err(WriteError::Timeout(self.timeout)),
+        };
+        let label = result
+            .as_ref()
+            .map_or_else(WriteError::result, |_| WriteResult::Ok);
+        self.metrics.write(operation, label);
+        result
+    }
+
+    /// Reads the Lease from the API server (after a conflict: the cache may lag).
+    pub async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Lease>, WriteError> {
+        let api = Api::<Lease>::namespaced(self.client.clone(), &key.namespace);
+        self.read(api.get_opt(&key.name)).await
+    }
+
+    /// Creates (no `base`) or replaces (`base`, with its resourceVersion) the Lease.
+    #[tracing::instrument(skip_all, fields(operation))]
+    pub async fn write_lease(
+        &self,
+        base: Option<&Lease>,
+        desired: &LeaseRecord,
+    ) -> Result<Lease, WriteError> {
+        let api = Api::<Lease>::namespaced(self.client.clone(), &desired.namespace);
+        let object = lease_object(base, desired);
+        let params = PostParams::default();
+        let operation = if base.is_some() {
+            Operation::LeaseUpdate
+        } else {
+            Operation::LeaseCreate
+        };
+        tracing::Span::current().record("operation", operation.label());
+        match base {
+            None => self.send(operation, api.create(&params, &object)).await,
+            Some(_) => {
+                self.send(operation, api.replace(&desired.name, &params, &object))
+                    .await
+            }
+        }
+    }
+
+    /// Pings every given candidate that needs it concurrently. Fails with the first failure of a
+    /// ping for a reason other than the candidate having changed or disappeared.
+    pub async fn ping_all(
+        &self,
+        candidates: &[Arc<LeaseCandidate>],
+        now: Timestamp,
+        ack_window: Duration,
+    ) -> Result<(), WriteError> {
+        let results = futures::future::join_all(
+            candidates
+                .iter()
+                .map(|candidate| self.ping(candidate, now, ack_window)),
+        )
+        .await;
+        results.into_iter().collect()
+    }
+
+    /// Sets `spec.pingTime = now` on a stale candidate with its resourceVersion as precondition;
+    /// on a conflict re-reads it once and pings again if it still needs a ping.
+    #[tracing::instrument(skip_all, fields(candidate = cached.metadata.name.as_deref()))]
+    async fn ping(
+        &self,
+        cached: &LeaseCandidate,
+        now: Timestamp,
+        ack_window: Duration,
+    ) -> Result<(), WriteError> {
+        let Some(key) = CandidateKey::of(cached) else {
+            return Ok(());
+        };
+        let api = Api::<LeaseCandidate>::namespaced(self.client.clone(), &key.namespace);
+        let mut current = Some(cached.clone());
+        for _ in 0..2 {
+            let Some(mut candidate) = current.take() else {
+                return Ok(());
+            };
+            if liveness(&candidate_view(&candidate), now, ack_window) != Liveness::Stale {
+                return Ok(());
+            }
+            let Some(spec) = candidate.spec.as_mut() else {
+                return Ok(());
+            };
+            spec.ping_time = Some(micro_time(now));
+            let params = PostParams::default();
+            let replace = api.replace(&key.name, &params, &candidate);
+            match self.send(Operation::Ping, replace).await {
+                Ok(_) => {
+                    self.metrics.pings_sent.inc();
+                    self.pings.sent(key, now);
+                    tracing::debug!("pinged");
+                    return Ok(());
+                }
+                Err(WriteError::Conflict) => {
+                    current = self.read(api.get_opt(&key.name)).await?;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "ping failed");
+                    return Err(error);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the candidate if a fresh read shows it has still not renewed for `expiry`; the
+    /// delete carries the resourceVersion just read. Returns whether it was deleted.
+    #[tracing::instrument(skip_all, fields(candidate = %key))]
+    pub async fn collect_candidate(
+        &self,
+        key: &CandidateKey,
+        now: Timestamp,
+        expiry: Duration,
+    ) -> Result<bool, WriteError> {
+        let api = Api::<LeaseCandidate>::namespaced(self.client.clone(), &key.namespace);
+        let Some(fresh) = self.read(api.get_opt(&key.name)).await? else {
+            return Ok(false);
+        };
+        if !candidate_expired(&candidate_view(&fresh), now, expiry) {
+            return Ok(false);
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: fresh.metadata.resource_version.clone(),
+                uid: fresh.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self
+            .send(Operation::CandidateDelete, api.delete(&key.name, &params))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(WriteError::Conflict) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// A conflict, an existing object on create, or (for a delete) an object already gone, is
+/// [`WriteError::Conflict`]: the caller re-reads. Anything else is an API failure.
+fn classify(error: kube::Error, operation: Operation) -> WriteError {
     match &error {
-        Error::Api(status) if status.is_conflict() || status.is_already_exists() => {
+        kube::Error::Api(status)
+            if status.is_conflict()
+                || status.is_already_exists()
+                || (operation == Operation::CandidateDelete && status.is_not_found()) =>
+        {
             WriteError::Conflict
         }
         _ => WriteError::Api(error),
     }
-}
-
-fn result_label<T>(result: &Result<T, WriteError>) -> &'static str {
-    match result {
-        Ok(_) => "ok",
-        Err(WriteError::Conflict) => "conflict",
-        Err(WriteError::Api(_)) => "error",
-    }
-}
-
-/// Reads the Lease from the API server (after a conflict: the cache may lag).
-pub async fn read_lease(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Lease>, Error> {
-    Api::<Lease>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
-        .await
 }
 
 /// The Lease object to send: `base` (or a new object) with `desired`'s fields applied. Fields of
@@ -80,135 +302,6 @@ pub fn lease_object(base: Option<&Lease>, desired: &LeaseRecord) -> Lease {
             .insert(ELECTED_BY_ANNOTATION.into(), ELECTED_BY_VALUE.into());
     }
     lease
-}
-
-/// Creates (no `base`) or replaces (`base`, with its resourceVersion) the Lease.
-pub async fn write_lease(
-    ctx: &Context,
-    base: Option<&Lease>,
-    desired: &LeaseRecord,
-) -> Result<Lease, WriteError> {
-    let api = Api::<Lease>::namespaced(ctx.client.clone(), &desired.namespace);
-    let object = lease_object(base, desired);
-    let _in_flight = ctx.writes_in_flight.read().await;
-    let (operation, result) = match base {
-        None => (
-            "lease_create",
-            api.create(&PostParams::default(), &object)
-                .await
-                .map_err(classify),
-        ),
-        Some(_) => (
-            "lease_update",
-            api.replace(&desired.name, &PostParams::default(), &object)
-                .await
-                .map_err(classify),
-        ),
-    };
-    ctx.metrics.write(operation, result_label(&result));
-    result
-}
-
-/// Pings every named candidate of `namespace` concurrently. Fails if any ping failed for a reason
-/// other than the candidate having changed or disappeared.
-pub async fn ping_all(
-    ctx: &Context,
-    namespace: &str,
-    names: &[String],
-    now: Timestamp,
-) -> Result<(), ()> {
-    let results =
-        futures::future::join_all(names.iter().map(|name| ping(ctx, namespace, name, now))).await;
-    if results.iter().any(Result::is_err) {
-        Err(())
-    } else {
-        Ok(())
-    }
-}
-
-/// Sets `spec.pingTime = now` on one candidate with its resourceVersion as precondition; on a
-/// conflict re-reads it once and pings again if it still needs a ping.
-async fn ping(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    now: Timestamp,
-) -> Result<(), WriteError> {
-    let api = Api::<LeaseCandidate>::namespaced(ctx.client.clone(), namespace);
-    let mut current = ctx.caches.candidate(namespace, name).map(|c| (*c).clone());
-    for _ in 0..2 {
-        let Some(mut candidate) = current.take() else {
-            return Ok(());
-        };
-        if liveness(&candidate_view(&candidate), now, ctx.config.ack_window) != Liveness::Stale {
-            return Ok(());
-        }
-        let Some(spec) = candidate.spec.as_mut() else {
-            return Ok(());
-        };
-        spec.ping_time = Some(micro_time(now));
-        let _in_flight = ctx.writes_in_flight.read().await;
-        let result = api
-            .replace(name, &PostParams::default(), &candidate)
-            .await
-            .map_err(classify);
-        ctx.metrics.write("ping", result_label(&result));
-        match result {
-            Ok(_) => {
-                ctx.metrics.pings_sent.inc();
-                ctx.record_ping(namespace, name, now);
-                tracing::debug!(candidate = name, "pinged");
-                return Ok(());
-            }
-            Err(WriteError::Conflict) => {
-                current = api.get_opt(name).await.map_err(WriteError::Api)?;
-            }
-            Err(error) => {
-                tracing::warn!(candidate = name, %error, "ping failed");
-                return Err(error);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Deletes `namespace/name` if a fresh read shows it has still not renewed for the GC period;
-/// the delete carries the resourceVersion just read. Returns whether it was deleted.
-pub async fn collect_candidate(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    now: Timestamp,
-) -> Result<bool, Error> {
-    let api = Api::<LeaseCandidate>::namespaced(ctx.client.clone(), namespace);
-    let Some(fresh) = api.get_opt(name).await? else {
-        return Ok(false);
-    };
-    if !candidate_expired(&candidate_view(&fresh), now, ctx.config.candidate_gc_after) {
-        return Ok(false);
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            resource_version: fresh.metadata.resource_version.clone(),
-            uid: fresh.metadata.uid.clone(),
-        }),
-        ..DeleteParams::default()
-    };
-    let _in_flight = ctx.writes_in_flight.read().await;
-    match api.delete(name, &params).await {
-        Ok(_) => {
-            ctx.metrics.write("candidate_delete", "ok");
-            Ok(true)
-        }
-        Err(Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
-            ctx.metrics.write("candidate_delete", "conflict");
-            Ok(false)
-        }
-        Err(error) => {
-            ctx.metrics.write("candidate_delete", "error");
-            Err(error)
-        }
-    }
 }
 
 #[cfg(test)]

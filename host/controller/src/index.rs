@@ -1,0 +1,468 @@
+//! From watch events to work: [`leases`] and [`candidates`] take a stream of watch events (already
+//! applied to their reflector's store) and apply each to the controller's in-memory state, the
+//! own-write record, the candidate index and the ping record, then enqueue the Lease keys the
+//! event concerns. They hold no client: a test feeds them a `Vec` of events through
+//! [`kube::runtime::reflector::reflector`] and looks at the queue, with no server.
+//!
+//! The rules, in the order an event meets them:
+//! - a relist (at start, or after a 410) enqueues its keys only once the store holds the relisted
+//!   objects ([`Relist`]), and every key the store held before it, so a Lease deleted while the
+//!   watch was down is reconciled too;
+//! - a Lease event ends read-your-writes for that Lease ([`OwnWrites::observed`]), a relist for
+//!   every Lease;
+//! - a candidate event updates the index before its key is enqueued, so the step it triggers finds
+//!   the candidate; a renewal answering a recorded ping counts an ack ([`Pings::observe`]);
+//! - a candidate with a ping outstanding enqueues nothing: its ack will.
+
+use super::key::{CandidateKey, LeaseKey};
+use super::lock;
+use super::own_writes::OwnWrites;
+use super::queue::WorkQueue;
+use conclave_core::k8s::timestamp;
+use conclave_core::time::Timestamp;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use prometheus_client::metrics::counter::Counter;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// Applies Lease watch events to the own-write record and enqueues their keys, until the stream
+/// ends. `store` is the reflector store the events were applied to.
+pub async fn leases<S>(events: S, store: &Store<Lease>, own_writes: &OwnWrites, queue: &WorkQueue)
+where
+    S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
+{
+    futures::pin_mut!(events);
+    let mut relist = Relist::default();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::Delete(lease)) => {
+                if let Some(key) = LeaseKey::of_lease(&lease) {
+                    own_writes.observed(&key);
+                    queue.add(key);
+                }
+            }
+            Ok(watcher::Event::Init) => {
+                relist.start(store.state().iter().map(|l| LeaseKey::of_lease(l)));
+            }
+            Ok(watcher::Event::InitApply(lease)) => relist.add(LeaseKey::of_lease(&lease)),
+            Ok(watcher::Event::InitDone) => {
+                own_writes.relisted();
+                relist.finish(queue);
+            }
+            Err(error) => tracing::warn!(%error, "watching Leases"),
+        }
+    }
+}
+
+/// Applies LeaseCandidate watch events to the candidate index and the ping record and enqueues
+/// the keys of their Leases, until the stream ends. `store` is the reflector store the events
+/// were applied to.
+pub async fn candidates<S>(
+    events: S,
+    store: &Store<LeaseCandidate>,
+    index: &Mutex<CandidateIndex>,
+    pings: &Pings,
+    queue: &WorkQueue,
+) where
+    S: Stream<Item = Result<watcher::Event<LeaseCandidate>, watcher::Error>>,
+{
+    futures::pin_mut!(events);
+    let mut relist = Relist::default();
+    while let Some(event) = events.next().await {
+        let (candidate, relisted) = match event {
+            Ok(watcher::Event::Apply(c)) => {
+                lock(index).apply(&c);
+                (c, false)
+            }
+            Ok(watcher::Event::Delete(c)) => {
+                lock(index).remove(&c);
+                (c, false)
+            }
+            Ok(watcher::Event::InitApply(c)) => (c, true),
+            Ok(watcher::Event::Init) => {
+                relist.start(store.state().iter().map(|c| LeaseKey::of_candidate(c)));
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => {
+                lock(index).rebuild(&store.state());
+                relist.finish(queue);
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "watching LeaseCandidates");
+                continue;
+            }
+        };
+        pings.observe(&candidate);
+        if ping_outstanding(&candidate) {
+            continue;
+        }
+        let key = LeaseKey::of_candidate(&candidate);
+        if relisted {
+            relist.add(key);
+        } else if let Some(key) = key {
+            queue.add(key);
+        }
+    }
+}
+
+/// Whether a ping written to the candidate is still unanswered (the write was our own; its ack
+/// will trigger the election again, as upstream).
+fn ping_outstanding(candidate: &LeaseCandidate) -> bool {
+    let Some(spec) = candidate.spec.as_ref() else {
+        return false;
+    };
+    match (&spec.ping_time, &spec.renew_time) {
+        (Some(ping), Some(renew)) => renew.0 < ping.0,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// The Lease keys of a relist in progress. kube-rs's reflector swaps the relisted objects into the
+/// store only at `InitDone`, so a key enqueued at `InitApply` could be reconciled against the old
+/// store and the change missed; and an object deleted while the watch was down gets no event at
+/// all. So the keys of the old store and of every relisted object are enqueued at `InitDone`.
+#[derive(Default)]
+struct Relist(HashSet<LeaseKey>);
+
+impl Relist {
+    /// A relist begins; `previous` are the keys the store holds until it completes.
+    fn start(&mut self, previous: impl Iterator<Item = Option<LeaseKey>>) {
+        self.0.clear();
+        self.0.extend(previous.flatten());
+    }
+
+    fn add(&mut self, key: Option<LeaseKey>) {
+        self.0.extend(key);
+    }
+
+    /// The store now holds the relisted objects: enqueue every key seen.
+    fn finish(&mut self, queue: &WorkQueue) {
+        for key in self.0.drain() {
+            queue.add(key);
+        }
+    }
+}
+
+/// Which cached candidates belong to which Lease, so a step reads its Lease's candidates without
+/// scanning every cached candidate. [`candidates`] updates it after the store and before it
+/// enqueues the event's Lease key; a step that runs in between reads one event late and is
+/// followed by the step that key triggers.
+#[derive(Default)]
+pub struct CandidateIndex {
+    /// Lease -> names of its candidates (in the Lease's namespace).
+    by_lease: HashMap<LeaseKey, HashSet<String>>,
+    /// Candidate -> its Lease.
+    lease_of: HashMap<CandidateKey, LeaseKey>,
+}
+
+impl CandidateIndex {
+    /// Records the candidate as it is now (its Lease may have changed).
+    fn apply(&mut self, candidate: &LeaseCandidate) {
+        self.remove(candidate);
+        let (Some(id), Some(lease)) = (
+            CandidateKey::of(candidate),
+            LeaseKey::of_candidate(candidate),
+        ) else {
+            return;
+        };
+        self.by_lease
+            .entry(lease.clone())
+            .or_default()
+            .insert(id.name.clone());
+        self.lease_of.insert(id, lease);
+    }
+
+    /// Forgets the candidate.
+    fn remove(&mut self, candidate: &LeaseCandidate) {
+        let Some(id) = CandidateKey::of(candidate) else {
+            return;
+        };
+        let Some(lease) = self.lease_of.remove(&id) else {
+            return;
+        };
+        if let Some(names) = self.by_lease.get_mut(&lease) {
+            names.remove(&id.name);
+            if names.is_empty() {
+                self.by_lease.remove(&lease);
+            }
+        }
+    }
+
+    /// Rebuilds the index from a whole store (after a relist).
+    fn rebuild(&mut self, candidates: &[Arc<LeaseCandidate>]) {
+        self.by_lease.clear();
+        self.lease_of.clear();
+        for candidate in candidates {
+            self.apply(candidate);
+        }
+    }
+
+    /// The names of the candidates of `lease`.
+    #[must_use]
+    pub fn names(&self, lease: &LeaseKey) -> Vec<String> {
+        self.by_lease
+            .get(lease)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Pings sent and not answered yet, to count acks (`conclave_pings_acked`).
+pub struct Pings {
+    /// Candidate -> the ping time written, in µs.
+    pending: Mutex<HashMap<CandidateKey, i64>>,
+    acked: Counter,
+}
+
+impl Pings {
+    /// An empty record that counts answered pings on `acked`.
+    #[must_use]
+    pub fn new(acked: Counter) -> Self {
+        Self {
+            pending: Mutex::default(),
+            acked,
+        }
+    }
+
+    /// A ping with `pingTime = at` was written to `candidate`.
+    pub fn sent(&self, candidate: CandidateKey, at: Timestamp) {
+        lock(&self.pending).insert(candidate, at.as_micros());
+    }
+
+    /// Counts an ack if `candidate` renewed at or after the ping recorded for it.
+    pub fn observe(&self, candidate: &LeaseCandidate) {
+        let Some(key) = CandidateKey::of(candidate) else {
+            return;
+        };
+        let Some(renew) = candidate.spec.as_ref().and_then(|s| s.renew_time.as_ref()) else {
+            return;
+        };
+        let renew = timestamp(renew.0).as_micros();
+        let mut pending = lock(&self.pending);
+        if pending.get(&key).is_some_and(|&ping| renew >= ping) {
+            pending.remove(&key);
+            self.acked.inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use conclave_core::k8s::micro_time;
+    use futures::stream;
+    use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector;
+    use std::collections::BTreeSet;
+
+    fn lease(namespace: &str, name: &str, version: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
+    }
+
+    fn candidate(namespace: &str, name: &str, lease: &str) -> LeaseCandidate {
+        LeaseCandidate {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseCandidateSpec {
+                lease_name: lease.into(),
+                ..LeaseCandidateSpec::default()
+            }),
+        }
+    }
+
+    /// `candidate` with `renewTime` and `pingTime` at these seconds.
+    fn timed(mut c: LeaseCandidate, renew: Option<i64>, ping: Option<i64>) -> LeaseCandidate {
+        let spec = c.spec.as_mut().expect("spec");
+        spec.renew_time = renew.map(|s| micro_time(Timestamp::from_secs(s)));
+        spec.ping_time = ping.map(|s| micro_time(Timestamp::from_secs(s)));
+        c
+    }
+
+    fn key(namespace: &str, name: &str) -> LeaseKey {
+        LeaseKey::new(namespace, name)
+    }
+
+    /// Every key the queue hands out now, each marked done.
+    async fn drain(queue: &WorkQueue) -> BTreeSet<LeaseKey> {
+        let mut keys = BTreeSet::new();
+        while !queue.is_empty() {
+            let item = queue.next().await.expect("queue open");
+            keys.insert(item.key.clone());
+            queue.done(item);
+        }
+        keys
+    }
+
+    #[tokio::test]
+    async fn lease_events_enqueue_their_keys_and_end_read_your_writes() {
+        let own = Arc::new(OwnWrites::default());
+        own.begin(key("ns", "a")).succeeded(&lease("ns", "a", "5"));
+        own.begin(key("ns", "b")).succeeded(&lease("ns", "b", "6"));
+        let (store, writer) = reflector::store();
+        let queue = WorkQueue::default();
+        let events = vec![
+            watcher::Event::Apply(lease("ns", "a", "7")),
+            watcher::Event::Delete(lease("ns", "c", "8")),
+        ];
+        leases(
+            reflector::reflector(writer, stream::iter(events.into_iter().map(Ok))),
+            &store,
+            &own,
+            &queue,
+        )
+        .await;
+        assert_eq!(drain(&queue).await, [key("ns", "a"), key("ns", "c")].into());
+        assert!(
+            own.get(&key("ns", "a")).is_none(),
+            "its watch event arrived"
+        );
+        assert!(own.get(&key("ns", "b")).is_some(), "no event of b yet");
+    }
+
+    #[tokio::test]
+    async fn a_relist_enqueues_the_old_and_the_relisted_keys_once_the_store_holds_them() {
+        let own = Arc::new(OwnWrites::default());
+        let (store, writer) = reflector::store();
+        let queue = WorkQueue::default();
+        // `gone` was cached, then deleted while the watch was down: the relist does not list it.
+        let events = vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(lease("ns", "gone", "1")),
+            watcher::Event::InitDone,
+            watcher::Event::Init,
+            watcher::Event::InitApply(lease("ns", "a", "2")),
+            watcher::Event::InitApply(lease("ns", "b", "3")),
+            watcher::Event::InitDone,
+        ];
+        let mut seen = Vec::new();
+        let stream = reflector::reflector(writer, stream::iter(events.into_iter().map(Ok)))
+            .inspect(|event| {
+                if let Ok(watcher::Event::InitDone) = event {
+                    seen.push(queue.len());
+                }
+            });
+        own.begin(key("ns", "a")).succeeded(&lease("ns", "a", "0"));
+        leases(stream, &store, &own, &queue).await;
+        assert_eq!(seen, [0, 1], "nothing is enqueued before a relist is done");
+        assert_eq!(
+            drain(&queue).await,
+            [key("ns", "a"), key("ns", "b"), key("ns", "gone")].into()
+        );
+        assert!(
+            own.get(&key("ns", "a")).is_none(),
+            "a relist ends every kept write"
+        );
+        assert_eq!(store.state().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn candidate_events_index_ack_and_enqueue_their_lease() {
+        let (store, writer) = reflector::store();
+        let queue = WorkQueue::default();
+        let index = Mutex::new(CandidateIndex::default());
+        let acked = Counter::default();
+        let pings = Pings::new(acked.clone());
+        pings.sent(CandidateKey::new("ns", "c1"), Timestamp::from_secs(100));
+        pings.sent(CandidateKey::new("ns", "c2"), Timestamp::from_secs(100));
+        let events = vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(timed(candidate("ns", "c1", "l"), Some(50), Some(100))),
+            watcher::Event::InitDone,
+            // c1 answers its ping: an ack, and its Lease is enqueued.
+            watcher::Event::Apply(timed(candidate("ns", "c1", "l"), Some(101), Some(100))),
+            // c2 is pinged and has not answered: nothing to do until it does.
+            watcher::Event::Apply(timed(candidate("ns", "c2", "m"), Some(50), Some(100))),
+            // c3 joins Lease l and leaves it.
+            watcher::Event::Apply(candidate("ns", "c3", "l")),
+            watcher::Event::Delete(candidate("ns", "c3", "l")),
+        ];
+        candidates(
+            reflector::reflector(writer, stream::iter(events.into_iter().map(Ok))),
+            &store,
+            &index,
+            &pings,
+            &queue,
+        )
+        .await;
+        assert_eq!(acked.get(), 1, "only c1 acked");
+        assert_eq!(drain(&queue).await, [key("ns", "l")].into());
+        let index = lock(&index);
+        assert_eq!(index.names(&key("ns", "l")), ["c1"]);
+        assert_eq!(index.names(&key("ns", "m")), ["c2"]);
+    }
+
+    fn names(index: &CandidateIndex, key: &LeaseKey) -> Vec<String> {
+        let mut names = index.names(key);
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn index_follows_applies_moves_and_deletes() {
+        let mut index = CandidateIndex::default();
+        index.apply(&candidate("a", "c1", "l"));
+        index.apply(&candidate("a", "c2", "l"));
+        index.apply(&candidate("b", "c1", "l"));
+        assert_eq!(names(&index, &key("a", "l")), ["c1", "c2"]);
+        assert_eq!(
+            names(&index, &key("b", "l")),
+            ["c1"],
+            "namespaces are kept apart"
+        );
+
+        index.apply(&candidate("a", "c2", "other"));
+        assert_eq!(
+            names(&index, &key("a", "l")),
+            ["c1"],
+            "a candidate that moved leaves"
+        );
+        assert_eq!(names(&index, &key("a", "other")), ["c2"]);
+
+        index.remove(&candidate("a", "c1", "l"));
+        assert!(names(&index, &key("a", "l")).is_empty());
+        assert!(
+            !index.by_lease.contains_key(&key("a", "l")),
+            "empty entries are dropped"
+        );
+        index.remove(&candidate("a", "unknown", "l"));
+        assert_eq!(names(&index, &key("b", "l")), ["c1"]);
+    }
+
+    #[test]
+    fn index_ignores_candidates_without_a_lease_and_rebuilds_from_a_store() {
+        let mut index = CandidateIndex::default();
+        index.apply(&candidate("a", "c1", ""));
+        assert!(index.by_lease.is_empty() && index.lease_of.is_empty());
+
+        index.apply(&candidate("a", "gone", "l"));
+        index.rebuild(&[
+            Arc::new(candidate("a", "c1", "l")),
+            Arc::new(candidate("a", "c3", "m")),
+        ]);
+        assert_eq!(
+            names(&index, &key("a", "l")),
+            ["c1"],
+            "the relisted store replaces the index"
+        );
+        assert_eq!(names(&index, &key("a", "m")), ["c3"]);
+        assert_eq!(index.lease_of.len(), 2);
+    }
+}
