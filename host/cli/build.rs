@@ -1,31 +1,20 @@
 //! Embeds what the `conclave` binary carries besides the built-in plugins (which
-//! `conclave-engine` embeds): the plugin `conclave demo` falls back to (`$OUT_DIR/demo_plugin.rs`)
-//! and the strategy SDK `conclave strategy new` writes out (`$OUT_DIR/bundled_sdk.rs`).
-
-#[path = "../plugin_build.rs"]
-mod plugin_build;
+//! `conclave-engine` embeds) and the demo's plugin (which `conclave-demo` embeds): the strategy SDK
+//! `conclave strategy new` writes out (`$OUT_DIR/bundled_sdk.rs`).
 
 use std::env;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The plugin `conclave demo` falls back to for its plugin Lease when none is found on disk (a
-/// binary far from its source tree, such as the container image's). It is embedded as bytes and
-/// loaded from a file like any third-party plugin, never registered as a built-in.
-const DEMO_PLUGIN: &str = "priority";
-
 fn main() {
-    let repo = plugin_build::repo();
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let repo = manifest_dir
+        .ancestors()
+        .nth(2)
+        .expect("host/cli has a repository above it")
+        .to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let target_dir = plugin_build::build_plugins(&repo, &out_dir);
-    let demo = format!(
-        "/// The plugin `conclave demo` falls back to, built from `strategies/` by \
-         `host/cli/build.rs`: (package name, component bytes).\n\
-         pub(crate) const DEMO_PLUGIN: (&str, &[u8]) = ({DEMO_PLUGIN:?}, include_bytes!({:?}));\n",
-        plugin_build::built_component(&target_dir, DEMO_PLUGIN)
-    );
-    std::fs::write(out_dir.join("demo_plugin.rs"), demo).expect("write demo_plugin.rs");
-
     bundle_sdk(&repo, &out_dir);
 }
 
@@ -35,10 +24,17 @@ fn main() {
 /// Conclave checkout, so that crate builds at once, offline, against the SDK of this very binary.
 /// Manifest keys inherited from a workspace are written out, since the bundle has no workspace.
 fn bundle_sdk(repo: &Path, out_dir: &Path) {
-    println!(
-        "cargo:rerun-if-changed={}",
-        repo.join("docs/strategy-authoring.md").display()
-    );
+    for input in [
+        "docs/strategy-authoring.md",
+        "Cargo.toml",
+        "core",
+        "wit",
+        "strategies/Cargo.toml",
+        "strategies/Cargo.lock",
+        "strategies/sdk",
+    ] {
+        println!("cargo:rerun-if-changed={}", repo.join(input).display());
+    }
     let root_workspace = read(&repo.join("Cargo.toml"));
     let plugin_workspace = read(&repo.join("strategies/Cargo.toml"));
     let mut files: Vec<(String, String)> = vec![

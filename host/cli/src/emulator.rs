@@ -24,9 +24,9 @@ pub struct EmulatorArgs {
     /// How many changes the watch history keeps before resuming watches get 410 Gone.
     #[arg(long, env = "CONCLAVE_EMULATOR_HISTORY", default_value_t = 10_000)]
     pub history: usize,
-    /// Seconds between BOOKMARK events on watches that allow them.
-    #[arg(long, env = "CONCLAVE_EMULATOR_BOOKMARK_SECONDS", default_value_t = 60)]
-    pub bookmark_seconds: u64,
+    /// Time between BOOKMARK events on watches that allow them (at least 1s).
+    #[arg(long, env = "CONCLAVE_EMULATOR_BOOKMARK_INTERVAL", value_name = "DURATION", default_value = "60s", value_parser = crate::duration::parse)]
+    pub bookmark_interval: Duration,
 }
 
 /// Runs the emulator until Ctrl-C (or SIGTERM), then shuts it down cleanly.
@@ -58,7 +58,7 @@ async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
     let config = EmulatorConfig {
         listen: args.listen,
         history_capacity: args.history,
-        bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
+        bookmark_interval: args.bookmark_interval.max(Duration::from_secs(1)),
         ..EmulatorConfig::default()
     };
     let mut emulator = Emulator::start(config).await?;

@@ -1,9 +1,12 @@
-//! The subcommands of the `conclave` binary, over the engine, controller, emulator and candidate
-//! libraries.
+//! The subcommands of the `conclave` binary: each parses its flags and wires the library that does
+//! the job (the engine, the controller and its `status`, the emulator, the demo, the candidate
+//! library). What every subcommand shares is here: logging, the runtime, the client, the duration
+//! parser and `--mode`.
 #![forbid(unsafe_code)]
 
 pub mod candidate;
 pub mod demo;
+pub mod duration;
 pub mod emulator;
 pub mod run;
 pub mod scaffold;
@@ -11,8 +14,31 @@ pub mod status;
 pub mod strategy;
 
 use anyhow::Context as _;
+use conclave_core::plan::Mode;
 use std::io::IsTerminal as _;
 use std::path::Path;
+
+/// Which Leases to handle (`--mode` of `conclave run` and `conclave status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Every Lease, but leave `OldestEmulationVersion` to kube-apiserver's built-in controller
+    /// while it is active.
+    Auto,
+    /// Every Lease.
+    All,
+    /// Only Leases whose strategy has a domain prefix (`example.com/...`).
+    ThirdParty,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Auto => Self::Auto,
+            ModeArg::All => Self::All,
+            ModeArg::ThirdParty => Self::ThirdParty,
+        }
+    }
+}
 
 /// How log lines are written (`conclave run --log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -17,14 +17,18 @@ enum Command {
     /// Take part in coordinated leader election as an example component (JSON line per transition).
     Candidate(conclave::candidate::CandidateArgs),
     /// Run the embedded Kubernetes API server (coordination.k8s.io) without a cluster.
+    #[command(after_help = conclave::duration::HELP)]
     Emulator(conclave::emulator::EmulatorArgs),
     /// Run the coordinated leader election controller.
+    #[command(after_help = conclave::duration::HELP)]
     Run(conclave::run::RunArgs),
     /// Test, inspect and benchmark strategy plugins.
     Strategy(conclave::strategy::StrategyArgs),
     /// Run the whole system with no cluster: a rolling upgrade with graceful hand-offs, live.
+    #[command(after_help = conclave::duration::HELP)]
     Demo(conclave::demo::DemoArgs),
     /// Show the Leases under coordination, their candidates, and whom each strategy would pick.
+    #[command(after_help = conclave::duration::HELP)]
     Status(conclave::status::StatusArgs),
 }
 

@@ -1,57 +1,15 @@
 //! `conclave run`: the coordinated leader election controller.
 
-use super::LogFormat;
+use super::{LogFormat, ModeArg};
+use crate::duration::parse as parse_duration;
 use anyhow::Context as _;
 use conclave_controller::{self as controller, ControllerConfig};
-use conclave_core::plan::Mode;
 use conclave_engine::{Engine, EngineConfig, Limits, default_cache_dir};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Which Leases to handle (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ModeArg {
-    /// Every Lease, but leave `OldestEmulationVersion` to kube-apiserver's built-in controller
-    /// while it is active.
-    Auto,
-    /// Every Lease.
-    All,
-    /// Only Leases whose strategy has a domain prefix (`example.com/...`).
-    ThirdParty,
-}
-
-impl From<ModeArg> for Mode {
-    fn from(mode: ModeArg) -> Self {
-        match mode {
-            ModeArg::Auto => Self::Auto,
-            ModeArg::All => Self::All,
-            ModeArg::ThirdParty => Self::ThirdParty,
-        }
-    }
-}
-
-/// Parses `500ms`, `5s`, `30m`, `1h` or a bare number of seconds.
-fn parse_duration(input: &str) -> Result<Duration, String> {
-    let input = input.trim();
-    let split = input
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(input.len());
-    let (number, unit) = input.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{input:?} is not a duration (try 500ms, 5s, 30m, 1h)"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {input:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{input:?}: {e}"))
-}
 
 fn default_identity() -> String {
     let host = std::env::var("HOSTNAME")
@@ -83,10 +41,10 @@ pub struct RunArgs {
     #[arg(long, env = "CONCLAVE_WORKERS", default_value_t = 4)]
     pub workers: usize,
     /// A candidate is fresh if it renewed within this window; pings wait this long for an ack.
-    #[arg(long, env = "CONCLAVE_ACK_WINDOW", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CONCLAVE_ACK_WINDOW", value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub ack_window: Duration,
     /// Delete candidates not renewed for this long.
-    #[arg(long, env = "CONCLAVE_CANDIDATE_GC_AFTER", default_value = "30m", value_parser = parse_duration)]
+    #[arg(long, env = "CONCLAVE_CANDIDATE_GC_AFTER", value_name = "DURATION", default_value = "30m", value_parser = parse_duration)]
     pub candidate_gc_after: Duration,
     /// Which Leases to handle.
     #[arg(long, env = "CONCLAVE_MODE", value_enum, default_value_t = ModeArg::Auto)]
@@ -120,14 +78,17 @@ pub struct RunArgs {
     #[arg(long, env = "CONCLAVE_LEASE_DURATION_SECONDS", default_value_t = 5)]
     pub lease_duration_seconds: i32,
     /// Duration of the controller's own Lease.
-    #[arg(long, env = "CONCLAVE_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "CONCLAVE_LEADER_LEASE_DURATION", value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_lease_duration: Duration,
     /// The active replica steps down if it cannot renew its own Lease for this long.
-    #[arg(long, env = "CONCLAVE_LEADER_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "CONCLAVE_LEADER_RENEW_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub leader_renew_deadline: Duration,
     /// How often the active replica renews, and followers retry, the controller's own Lease.
-    #[arg(long, env = "CONCLAVE_LEADER_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "CONCLAVE_LEADER_RETRY_PERIOD", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub leader_retry_period: Duration,
+    /// How long any one API call of the controller may take (its watches excepted).
+    #[arg(long, env = "CONCLAVE_API_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -161,6 +122,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         own_renew_deadline: args.leader_renew_deadline,
         own_retry_period: args.leader_retry_period,
         metrics_addr: Some(args.metrics_addr),
+        api_timeout: args.api_timeout,
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
@@ -177,20 +139,4 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     controller::run(client, Arc::new(engine), config, shutdown)
         .await
         .context("running the controller")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("soon").is_err());
-    }
 }

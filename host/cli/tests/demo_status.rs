@@ -4,8 +4,8 @@
 //! must show each coordinated Lease's holder and the candidate its strategy would pick now, and
 //! redraw when the Lease changes. Waits are on conditions with generous bounds, never on timing.
 
-use conclave::demo::journal::HandoffKind;
-use conclave::demo::{DemoArgs, LeaseId, run_demo};
+use conclave_demo::journal::HandoffKind;
+use conclave_demo::{DemoConfig, LeaseId, run_demo};
 use conclave_emulator::{Emulator, EmulatorConfig};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
@@ -39,21 +39,18 @@ impl Write for Captured {
     }
 }
 
-fn demo_args(duration: &str) -> DemoArgs {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: DemoArgs,
+fn demo_config(duration: &str) -> DemoConfig {
+    DemoConfig {
+        duration: conclave::duration::parse(duration).expect("a duration"),
+        ..DemoConfig::default()
     }
-    Wrapper::parse_from(["demo", "--duration", duration]).args
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn demo_upgrades_the_component_and_ends_with_the_oldest_candidate_leading() {
     let output = Captured::default();
     let report = run_demo(
-        demo_args(DEMO_DURATION),
+        demo_config(DEMO_DURATION),
         Box::new(output.clone()),
         CancellationToken::new(),
     )
@@ -309,6 +306,19 @@ fn row<'a>(text: &'a str, starts: &str) -> &'a str {
 async fn status_shows_holder_candidates_and_the_strategys_pick() {
     let (emulator, client) = emulator().await;
     populate(&client).await;
+    // `d` renews on its own schedule (a minute ago, longer than the ack window): healthy, and
+    // pinged before the next election. `e` did not answer the ping sent 30 s ago.
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "default");
+    let mut unanswered = candidate("e", "sched", "1.31.0", "1.31.0", 120);
+    if let Some(spec) = unanswered.spec.as_mut() {
+        spec.ping_time = Some(ago(30));
+    }
+    for object in [candidate("d", "sched", "1.31.0", "1.31.0", 60), unanswered] {
+        candidates
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
     let config = kubeconfig(&emulator);
     let output = tokio::process::Command::new(CONCLAVE)
         .arg("status")
@@ -332,12 +342,22 @@ async fn status_shows_holder_candidates_and_the_strategys_pick() {
     let columns: Vec<&str> = sched.split_whitespace().collect();
     assert!(columns.contains(&"b"), "holder b: {sched}");
     assert!(sched.contains("a (would pre-empt b)"), "{sched}");
-    assert!(row(&text, "a ").contains("fresh"), "{text}");
+    assert!(row(&text, "a ").contains("healthy"), "{text}");
     assert!(
-        row(&text, "b *").contains("fresh"),
+        row(&text, "b *").contains("healthy"),
         "the holder is starred: {text}"
     );
     assert!(row(&text, "c ").contains("expired"), "{text}");
+    let d = row(&text, "d ");
+    assert!(
+        d.contains("healthy"),
+        "renewing on schedule is healthy: {d}"
+    );
+    assert!(d.contains("pinged before its next election"), "{d}");
+    let e = row(&text, "e ");
+    assert!(e.contains("failed ping"), "{e}");
+    assert!(e.contains("no answer to the ping at"), "{e}");
+    assert!(e.contains("garbage-collected at"), "{e}");
     let orphan = row(&text, "default/orphan");
     assert!(orphan.contains("example.com/nobody"), "{orphan}");
     assert!(orphan.contains("no live candidates"), "{orphan}");

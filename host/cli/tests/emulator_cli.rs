@@ -41,7 +41,7 @@ impl Running {
             "CONCLAVE_EMULATOR_LISTEN",
             "CONCLAVE_EMULATOR_KUBECONFIG_OUT",
             "CONCLAVE_EMULATOR_HISTORY",
-            "CONCLAVE_EMULATOR_BOOKMARK_SECONDS",
+            "CONCLAVE_EMULATOR_BOOKMARK_INTERVAL",
         ] {
             command.env_remove(var);
         }

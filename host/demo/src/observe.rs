@@ -5,7 +5,7 @@
 
 use super::journal::{Events, What};
 use super::{DemoLease, LeaseId};
-use crate::status::{self, LeaseStatus, Pick, PredictOptions};
+use conclave_controller::status::{self, LeaseStatus, Pick, PredictOptions};
 use conclave_core::k8s::timestamp;
 use conclave_engine::Engine;
 use futures::StreamExt;
@@ -207,10 +207,10 @@ impl Observer {
 
     /// Recomputes each demo Lease's status; reports holder/preferred/pick changes.
     fn publish(&mut self) {
-        let now = super::journal::now();
+        let now = super::now();
         let leases: Vec<Lease> = self.lease_objects.values().cloned().collect();
         let candidates: Vec<LeaseCandidate> = self.candidates.values().cloned().collect();
-        let statuses = status::collect(&leases, &candidates, &self.engine, now, self.options);
+        let statuses = status::collect(&leases, &candidates, &*self.engine, now, self.options);
         let mut snapshot = Snapshot::new();
         for status in statuses {
             let Some(id) = self.lease_of(&status.name) else {
@@ -222,6 +222,7 @@ impl Observer {
                 Pick::Nobody => "nobody".into(),
                 Pick::NoCandidates => "- (no candidates)".into(),
                 Pick::AllUnresponsive => "- (all unresponsive)".into(),
+                Pick::NotHandled => "- (built-in controller)".into(),
                 // A plugin that failed once (e.g. its CPU deadline on a busy machine) is asked
                 // again at the next tick; until then the last answer stands.
                 Pick::Unavailable(why) => last.unwrap_or_else(|| format!("? ({why})")),

@@ -3,7 +3,7 @@
 //! the journal.
 
 use super::journal::{Events, What};
-use super::{DemoLease, LeaseId};
+use super::{DemoLease, Error, LeaseId};
 use conclave_candidate::{CandidateConfig, Elector, ElectorHandle, LeaseConfig, Term, Transition};
 use conclave_core::k8s::micro_time;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -97,7 +97,7 @@ impl Replica {
         versions: Versions,
         leases: &[DemoLease],
         events: &Events,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, Error> {
         let shutdown = CancellationToken::new();
         let mut members = Vec::new();
         for lease in leases {
@@ -121,7 +121,11 @@ impl Replica {
                 // the candidate is created here with its annotations, then adopted by the elector.
                 precreate(client, &lease_config, &candidate, annotations).await?;
             }
-            let elector = Elector::coordinated(client.clone(), lease_config, candidate)?
+            let elector = Elector::coordinated(client.clone(), lease_config, candidate)
+                .map_err(|source| Error::Candidate {
+                    action: format!("setting up the elector of {identity}"),
+                    source: Box::new(source),
+                })?
                 .with_drain_timeout(Duration::from_secs(5));
             let handle = elector.handle();
             let task = spawn_member(
@@ -169,8 +173,8 @@ impl Replica {
     }
 
     /// Stops gracefully: candidates deleted, running terms drained, Leases released. Waits at
-    /// most `limit`; electors still running then are aborted.
-    pub async fn stop(self, limit: Duration) -> anyhow::Result<()> {
+    /// most `limit`; electors still running then are aborted. `Err` says what did not stop.
+    pub async fn stop(self, limit: Duration) -> Result<(), String> {
         self.shutdown.cancel();
         let mut problems = Vec::new();
         let deadline = tokio::time::Instant::now() + limit;
@@ -192,7 +196,7 @@ impl Replica {
         if problems.is_empty() {
             Ok(())
         } else {
-            anyhow::bail!("stopping {}: {}", self.name, problems.join("; "))
+            Err(format!("stopping {}: {}", self.name, problems.join("; ")))
         }
     }
 }
@@ -203,21 +207,29 @@ async fn precreate(
     lease: &LeaseConfig,
     candidate: &CandidateConfig,
     annotations: BTreeMap<String, String>,
-) -> anyhow::Result<()> {
-    candidate.validate(lease)?;
+) -> Result<(), Error> {
+    candidate
+        .validate(lease)
+        .map_err(|source| Error::Candidate {
+            action: format!("checking LeaseCandidate {}", lease.identity),
+            source: Box::new(source),
+        })?;
     let api: Api<LeaseCandidate> = Api::namespaced(client.clone(), &lease.namespace);
     let mut object = candidate.object(lease);
     object.metadata.annotations = Some(annotations);
     if let Some(spec) = object.spec.as_mut() {
-        spec.renew_time = Some(micro_time(super::journal::now()));
+        spec.renew_time = Some(micro_time(super::now()));
     }
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(error) => Err(anyhow::Error::new(error).context(format!(
-            "creating LeaseCandidate {}/{}",
-            lease.namespace, lease.identity
-        ))),
+        Err(source) => Err(Error::Kube {
+            action: format!(
+                "creating LeaseCandidate {}/{}",
+                lease.namespace, lease.identity
+            ),
+            source,
+        }),
     }
 }
 

@@ -7,7 +7,8 @@
 //! first term, all wall-clock times taken in this process.
 
 use super::LeaseId;
-use crate::status::table;
+use conclave_controller::status::table;
+use conclave_core::k8s::now;
 use conclave_core::time::Timestamp;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
@@ -174,11 +175,6 @@ impl Events {
     pub fn note(&self, text: impl Into<String>) {
         self.send(What::Note(text.into()));
     }
-}
-
-/// The wall clock as a core timestamp.
-pub fn now() -> Timestamp {
-    conclave_core::k8s::timestamp(jiff::Timestamp::now())
 }
 
 /// An event's payload in the reorder buffer: ordered by time and arrival only.

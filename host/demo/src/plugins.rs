@@ -1,12 +1,28 @@
 //! Finding a plugin strategy for the demo's second Lease: from `--plugins DIR` as the controller
 //! would load it, else from the plugin workspace's build output, else the plugin embedded in this
-//! binary for the purpose (so the demo shows a plugin Lease from a lone binary or image too).
+//! crate for the purpose (so the demo shows a plugin Lease from a lone binary or image too).
 
-use anyhow::Context as _;
+use super::Error;
 use conclave_engine::{Engine, EngineConfig, Limits, PluginSource, default_cache_dir};
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/demo_plugin.rs"));
+
+/// Wraps an engine error with what was being loaded.
+fn plugin_error<E>(action: String) -> impl FnOnce(E) -> Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |source| Error::Plugins {
+        action,
+        source: Box::new(source),
+    }
+}
+
+/// Wraps an I/O error with what was being written.
+fn io_error(action: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { action, source }
+}
 
 /// Plugin strategies the demo knows how to set up, best first.
 pub const PREFERRED: &[&str] = &[
@@ -61,8 +77,8 @@ fn choose(engine: &Engine, wanted: Option<&str>) -> Option<(String, PathBuf)> {
 }
 
 /// Where the plugin workspace writes its components (`cargo build` in `strategies/`, and the
-/// nested build of host/engine/build.rs), relative to the working directory and to the source tree this
-/// binary was built from.
+/// nested build of host/engine/build.rs), relative to the working directory and to the source tree
+/// this crate was built from.
 fn build_outputs() -> Vec<PathBuf> {
     let relative = [
         "target/wasm/wasm32-wasip2/release",
@@ -78,10 +94,12 @@ fn build_outputs() -> Vec<PathBuf> {
 /// Loads the engine: with `plugins_dir`, exactly as `conclave run --plugins` would; otherwise the
 /// built-ins plus one plugin found in the plugin workspace's build output, copied (with a settings
 /// sidecar where it needs one) into a scratch directory that the controller then loads.
-pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Result<Plugins> {
+pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> Result<Plugins, Error> {
     if let Some(dir) = plugins_dir {
-        let engine = Engine::new(config(Some(dir.clone())))
-            .with_context(|| format!("loading plugins from {}", dir.display()))?;
+        let engine = Engine::new(config(Some(dir.clone()))).map_err(plugin_error(format!(
+            "loading plugins from {}",
+            dir.display()
+        )))?;
         let strategy = choose(&engine, wanted).ok_or_else(|| match wanted {
             Some(w) => format!("no plugin in {} implements {w}", dir.display()),
             None => format!("no plugin in {} implements a strategy", dir.display()),
@@ -92,9 +110,10 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
             _scratch: None,
         });
     }
-    let builtins_only = |why: String| -> anyhow::Result<Plugins> {
+    let builtins_only = |why: String| -> Result<Plugins, Error> {
         Ok(Plugins {
-            engine: Engine::new(config(None)).context("loading the built-in strategies")?,
+            engine: Engine::new(config(None))
+                .map_err(plugin_error("loading the built-in strategies".into()))?,
             strategy: Err(why),
             _scratch: None,
         })
@@ -118,8 +137,11 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
                 .file_name()
                 .map_or_else(|| PathBuf::from("plugin.wasm"), PathBuf::from);
             let copy = scratch.path().join(&file);
-            std::fs::copy(&path, &copy)
-                .with_context(|| format!("copying {} to {}", path.display(), copy.display()))?;
+            std::fs::copy(&path, &copy).map_err(io_error(format!(
+                "copying {} to {}",
+                path.display(),
+                copy.display()
+            )))?;
             Some((strategy, path, copy))
         }
         None => embedded(scratch.path(), wanted)?,
@@ -137,10 +159,11 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
             copy.with_extension("json"),
             serde_json::json!({ "settings": settings }).to_string(),
         )
-        .context("writing the plugin's settings sidecar")?;
+        .map_err(io_error("writing the plugin's settings sidecar".into()))?;
     }
-    let engine = Engine::new(config(Some(scratch.path().to_path_buf())))
-        .with_context(|| format!("loading the plugin {}", origin.display()))?;
+    let engine = Engine::new(config(Some(scratch.path().to_path_buf()))).map_err(plugin_error(
+        format!("loading the plugin {}", origin.display()),
+    ))?;
     Ok(Plugins {
         engine,
         strategy: Ok((strategy, origin)),
@@ -151,15 +174,13 @@ pub fn load(plugins_dir: Option<PathBuf>, wanted: Option<&str>) -> anyhow::Resul
 /// Writes [`DEMO_PLUGIN`] into `dir` and returns the strategy it implements (`wanted`, or its
 /// first domain-prefixed one), a description of where it came from, and the written file; `None`
 /// if it does not implement `wanted`.
-fn embedded(
-    dir: &Path,
-    wanted: Option<&str>,
-) -> anyhow::Result<Option<(String, PathBuf, PathBuf)>> {
+fn embedded(dir: &Path, wanted: Option<&str>) -> Result<Option<(String, PathBuf, PathBuf)>, Error> {
     let (package, bytes) = DEMO_PLUGIN;
     let file = dir.join(format!("{}.wasm", package.replace('-', "_")));
-    std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
-    let engine = Engine::from_file(config(None), &file)
-        .with_context(|| format!("loading the embedded plugin strategies/{package}"))?;
+    std::fs::write(&file, bytes).map_err(io_error(format!("writing {}", file.display())))?;
+    let engine = Engine::from_file(config(None), &file).map_err(plugin_error(format!(
+        "loading the embedded plugin strategies/{package}"
+    )))?;
     let names: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
     let strategy = match wanted {
         Some(wanted) => names.into_iter().find(|n| n == wanted),
