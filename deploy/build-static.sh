@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the statically linked (musl) `conclave` binary that deploy/Dockerfile puts into the
 # image, and refuses a binary that would need a libc or a loader at run time. The Dockerfile's
-# builder stage runs this script, and so does scripts/test-all.sh, which then runs the binary in
+# builder stage runs this script, and so does .ci/test-all.sh, which then runs the binary in
 # a root filesystem laid out like the image's (tests/deploy/tests/image.rs).
 #
 # Usage: deploy/build-static.sh [OUT]

@@ -1,5 +1,5 @@
 //! Shared by the build scripts of `conclave-engine` (which embeds the built-in plugins) and
-//! `conclave` (which embeds the demo's plugin): builds the plugin workspace `strategies/` from
+//! `conclave-demo` (which embeds the demo's plugin): builds the plugin workspace `strategies/` from
 //! source for wasm32-wasip2, once per target directory.
 //!
 //! The plugins are built by a nested cargo with its own target directory (`<target>/wasm-plugins`):

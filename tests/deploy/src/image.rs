@@ -14,7 +14,7 @@ use std::process::Command;
 
 use crate::{Error, repo_root};
 
-/// Environment variable naming the static binary to put in the image (scripts/test-all.sh sets
+/// Environment variable naming the static binary to put in the image (.ci/test-all.sh sets
 /// it after running `deploy/build-static.sh`).
 pub const STATIC_BINARY_ENV: &str = "CONCLAVE_STATIC_BINARY";
 /// Where `deploy/build-static.sh` installs the binary by default.
@@ -233,7 +233,7 @@ pub fn locate_static_binary() -> Result<Option<PathBuf>, Error> {
     if crate::tools_required() {
         return Err(Error::ToolMissing {
             tool: "the static conclave binary",
-            hint: "run deploy/build-static.sh, as scripts/test-all.sh does",
+            hint: "run deploy/build-static.sh, as .ci/test-all.sh does",
         });
     }
     eprintln!(

@@ -433,7 +433,7 @@ async fn chart_service_account_may_do_exactly_what_the_controller_needs() {
         .expect("reading its own HA Lease as the ServiceAccount");
 }
 
-/// The `conclave` binary built by `cargo build -p conclave` (scripts/test-all.sh builds it before
+/// The `conclave` binary built by `cargo build -p conclave` (.ci/test-all.sh builds it before
 /// the workspace tests), or `$CONCLAVE_BIN`.
 fn locate_conclave() -> Option<PathBuf> {
     let path = std::env::var_os("CONCLAVE_BIN")
