@@ -149,7 +149,7 @@ pub fn plan_pings(
 }
 
 /// The kind of a Lease write, for logs, events and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
     /// Create the missing Lease with the winner as holder.
     Create,

@@ -6,25 +6,50 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use std::fmt;
 
-/// A Lease: its namespace and name. Displays as `namespace/name` (logs, spans, Events).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LeaseKey {
-    /// The Lease's namespace.
-    pub namespace: String,
-    /// The Lease's name.
-    pub name: String,
+/// Declares a key type: a namespace and a name, displayed as `namespace/name`.
+macro_rules! object_key {
+    ($(#[$doc:meta])* $key:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $key {
+            #[doc = concat!("The ", $what, "'s namespace.")]
+            pub namespace: String,
+            #[doc = concat!("The ", $what, "'s name.")]
+            pub name: String,
+        }
+
+        impl $key {
+            #[doc = concat!("The key of ", $what, " `namespace/name`.")]
+            #[must_use]
+            pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+                Self {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }
+            }
+        }
+
+        impl fmt::Display for $key {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}/{}", self.namespace, self.name)
+            }
+        }
+    };
 }
 
-impl LeaseKey {
-    /// The key of Lease `namespace/name`.
-    #[must_use]
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
+object_key!(
+    /// A Lease: its namespace and name. Displays as `namespace/name` (logs, spans, Events).
+    LeaseKey,
+    "Lease"
+);
 
+object_key!(
+    /// A LeaseCandidate: its namespace (its Lease's too) and name. Displays as `namespace/name`.
+    CandidateKey,
+    "LeaseCandidate"
+);
+
+impl LeaseKey {
     /// The key of a Lease object; `None` if it lacks a namespace or a name.
     #[must_use]
     pub fn of_lease(lease: &Lease) -> Option<Self> {
@@ -44,31 +69,7 @@ impl LeaseKey {
     }
 }
 
-impl fmt::Display for LeaseKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// A LeaseCandidate: its namespace and name. Displays as `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CandidateKey {
-    /// The candidate's namespace (its Lease's too).
-    pub namespace: String,
-    /// The candidate's name.
-    pub name: String,
-}
-
 impl CandidateKey {
-    /// The key of candidate `namespace/name`.
-    #[must_use]
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
     /// The key of a candidate object; `None` if it lacks a namespace or a name.
     #[must_use]
     pub fn of(candidate: &LeaseCandidate) -> Option<Self> {
@@ -76,12 +77,6 @@ impl CandidateKey {
             candidate.metadata.namespace.as_deref()?,
             candidate.metadata.name.as_deref()?,
         ))
-    }
-}
-
-impl fmt::Display for CandidateKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 

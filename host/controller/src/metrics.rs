@@ -24,14 +24,9 @@ macro_rules! label_value {
 /// How an election step ended, as counted by `conclave_elections`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ElectionOutcome {
-    /// The Lease was created with the winner as holder.
-    Create,
-    /// The winner took over a free or expired Lease.
-    TakeOver,
-    /// A live holder was asked to step down for the winner (`preferredHolder`).
-    Preempt,
-    /// The winner holds the Lease; a stale `preferredHolder` was cleared.
-    ClearPreferred,
+    /// The Lease was written: created, taken over, pre-empted or its `preferredHolder` cleared
+    /// (labelled by [`WriteKind::label`]).
+    Written(WriteKind),
     /// No loaded plugin implements the strategy.
     UnknownStrategy,
     /// The strategy call failed.
@@ -47,25 +42,11 @@ impl ElectionOutcome {
     #[must_use]
     pub const fn label(self) -> &'static str {
         match self {
-            Self::Create => "create",
-            Self::TakeOver => "take_over",
-            Self::Preempt => "preempt",
-            Self::ClearPreferred => "clear_preferred",
+            Self::Written(kind) => kind.label(),
             Self::UnknownStrategy => "unknown_strategy",
             Self::PluginError => "plugin_error",
             Self::NoWinner => "no_winner",
             Self::WriteError => "write_error",
-        }
-    }
-}
-
-impl From<WriteKind> for ElectionOutcome {
-    fn from(kind: WriteKind) -> Self {
-        match kind {
-            WriteKind::Create => Self::Create,
-            WriteKind::TakeOver => Self::TakeOver,
-            WriteKind::Preempt => Self::Preempt,
-            WriteKind::ClearPreferred => Self::ClearPreferred,
         }
     }
 }
@@ -345,7 +326,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = Metrics::new(&mut registry);
         metrics.write(Operation::LeaseCreate, WriteResult::Conflict);
-        metrics.election("S", ElectionOutcome::from(WriteKind::TakeOver));
+        metrics.election("S", ElectionOutcome::Written(WriteKind::TakeOver));
         metrics.write_dropped(Operation::Ping);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

@@ -256,7 +256,8 @@ async fn write_lease(
         Ok(written) => {
             let written_at = Instant::now();
             ticket.succeeded(&written);
-            ctx.metrics.election(strategy, ElectionOutcome::from(kind));
+            ctx.metrics
+                .election(strategy, ElectionOutcome::Written(kind));
             let (reason, message) = match kind {
                 WriteKind::Create | WriteKind::TakeOver => (
                     EventReason::Elected,
