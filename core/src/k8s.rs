@@ -23,7 +23,11 @@ pub fn timestamp(at: jiff::Timestamp) -> Timestamp {
 /// the controller, `conclave status` and the demo compare against the same notion of now.
 #[must_use]
 pub fn now() -> Timestamp {
-    timestamp(jiff::Timestamp::now())
+    let micros = |since: std::time::Duration| i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => Timestamp::from_micros(micros(since)),
+        Err(before) => Timestamp::from_micros(-micros(before.duration())),
+    }
 }
 
 /// Converts a core [`Timestamp`] to a `MicroTime` for writing into an object.
