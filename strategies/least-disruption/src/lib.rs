@@ -9,7 +9,9 @@
 //! The holder counts as eligible and live when the Lease is not expired, the holder is one of the
 //! candidates (the host leaves out candidates that did not answer a ping), and its versions parse.
 //! Otherwise the plain `OldestEmulationVersion` answer stands.
-#![no_std]
+// no_std in the component; the native build (linked by the host for `strategy bench`, and the
+// cdylib that `cargo test` builds) takes std's allocator and panic handler.
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use conclave_strategy::prelude::*;
 use core::cmp::Ordering;

@@ -6,7 +6,9 @@
 //! then the oldest `creationTimestamp`. Versions compare by semver precedence. Unlike upstream, a
 //! full tie is broken by candidate name, so the answer never depends on list order. The plugin also
 //! answers to `MinimumCompatibilityVersion`, the KEP's original name for the rule.
-#![no_std]
+// no_std in the component; the native build (linked by the host for `strategy bench`, and the
+// cdylib that `cargo test` builds) takes std's allocator and panic handler.
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use conclave_strategy::prelude::*;
 use conclave_strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};

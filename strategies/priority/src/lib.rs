@@ -9,7 +9,9 @@
 //! rule and so here too, whatever its priority.
 //!
 //! This is the priority proposal of KEP-4355 (2025) that upstream never shipped.
-#![no_std]
+// no_std in the component; the native build (linked by the host for `strategy bench`, and the
+// cdylib that `cargo test` builds) takes std's allocator and panic handler.
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use conclave_strategy::prelude::*;
 use core::cmp::Reverse;

@@ -9,7 +9,9 @@
 //!
 //! Missing or invalid settings make `elect` fail with a message that says what is wrong, so the
 //! host reports it instead of electing by a rule the operator did not ask for.
-#![no_std]
+// no_std in the component; the native build (linked by the host for `strategy bench`, and the
+// cdylib that `cargo test` builds) takes std's allocator and panic handler.
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use conclave_strategy::prelude::*;
 use serde_json::Value;
