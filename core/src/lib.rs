@@ -12,6 +12,7 @@ pub mod election;
 pub mod k8s;
 pub mod lease;
 pub mod plan;
+pub mod prepared;
 pub mod request;
 pub mod step;
 pub mod strategy;

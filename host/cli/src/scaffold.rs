@@ -288,9 +288,9 @@ crate-type = ["cdylib"]
 # Its own workspace, so the crate builds wherever it lives.
 [workspace]
 
-# Small, fast components; plugins are no_std and abort on panic (the host sees a trap).
+# Fast components; plugins are no_std and abort on panic (the host sees a trap).
 [profile.release]
-opt-level = "s"
+opt-level = 3
 lto = true
 codegen-units = 1
 panic = "abort"
@@ -339,7 +339,11 @@ fn lib_rs(name: &str, strategy: &str) -> String {
 //! The starting rule below is Kubernetes' `OldestEmulationVersion`: lowest emulation version,
 //! then lowest binary version, then oldest creation time, then name. Change it to yours, and
 //! update `vectors/{name}.json` to match.
-#![no_std]
+//!
+//! Candidates arrive sorted by name with their versions parsed; `elect` answers with the
+//! winner's position. `READS` says which other fields the rule reads (names, labels,
+//! annotations...): the host sends only those, which keeps an election fast.
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use conclave_strategy::prelude::*;
 
@@ -349,18 +353,17 @@ pub struct {type_name};
 impl Strategy for {type_name} {{
     const STRATEGIES: &'static [&'static str] = &["{strategy}"];
     const DESCRIPTION: &'static str = "lowest emulation version, then lowest binary version, then oldest creation time, then name";
+    // Versions and times always arrive. To read more, e.g. a label:
+    // Reads {{ label_keys: &["topology.kubernetes.io/zone"], ..Reads::NOTHING }}
+    const READS: Reads = Reads::NOTHING;
 
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {{
-        // Candidates whose versions do not parse are skipped (`new` returns None).
-        let ranks = request.candidates.iter().filter_map(|c| {{
-            OldestEmulationRank::new(
-                &c.name,
-                &c.binary_version,
-                &c.emulation_version,
-                c.creation_time,
-            )
-        }});
-        Ok(pick_oldest_emulation_version(ranks).map(ToString::to_string))
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {{
+        // A candidate whose versions do not parse has no key and is skipped. Keys compare by
+        // emulation version, binary version, creation time, then position (that is, name).
+        Ok(positions(&request.candidates)
+            .filter_map(|(position, candidate)| OldestEmulationKey::new(position, candidate))
+            .min()
+            .map(|key| key.position))
     }}
 }}
 

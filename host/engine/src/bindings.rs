@@ -1,7 +1,18 @@
-//! Host bindings generated from `wit/strategy.wit` (world `conclave:strategy/strategy`).
+//! Host bindings generated from the plugin contract, one module per published version.
 #![allow(missing_docs, clippy::all)]
 
-wasmtime::component::bindgen!({
-    path: "../../wit",
-    world: "conclave:strategy/strategy",
-});
+/// `conclave:strategy@0.2.0` (`wit/strategy.wit`), the current contract.
+pub(super) mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "conclave:strategy/strategy@0.2.0",
+    });
+}
+
+/// `conclave:strategy@0.1.0` (`wit/v0.1/strategy.wit`), still loaded unchanged.
+pub(super) mod v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.1",
+        world: "conclave:strategy/strategy@0.1.0",
+    });
+}

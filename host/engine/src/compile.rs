@@ -26,8 +26,8 @@ const KEEP_RESIDENT: usize = 4 << 20;
 /// The wasmtime version the host is built with, from Cargo.lock (see build.rs); part of the cache key.
 const WASMTIME_VERSION: &str = env!("CONCLAVE_WASMTIME_VERSION");
 
-/// The only host interface a plugin may import (any 0.1.x version).
-const LOG_INTERFACE_PREFIX: &str = "conclave:strategy/log@0.1.";
+/// The only host interface a plugin may import, in every contract version the host loads.
+const LOG_INTERFACES: [&str; 2] = ["conclave:strategy/log@0.2.", "conclave:strategy/log@0.1."];
 
 /// The thread that advances the engine's epoch, every [`EPOCH_TICK`] while any plugin code runs
 /// (and for [`IDLE_LINGER`] after), and not at all otherwise: an idle controller should not wake a
@@ -288,7 +288,10 @@ pub(super) fn check_imports(
         .collect();
     for import in &imports {
         let is_wasi = import.starts_with("wasi:");
-        let allowed = import.starts_with(LOG_INTERFACE_PREFIX) || (allow_wasi && is_wasi);
+        let allowed = LOG_INTERFACES
+            .iter()
+            .any(|prefix| import.starts_with(prefix))
+            || (allow_wasi && is_wasi);
         if !allowed {
             return Err(LoadError::ForbiddenImport {
                 plugin: plugin.to_owned(),
@@ -297,7 +300,7 @@ pub(super) fn check_imports(
                     "; build the plugin with the conclave-strategy SDK (no_std, imports no WASI), \
                      or run with --allow-wasi to give it a deny-all WASI context"
                 } else {
-                    "; a strategy plugin may import only conclave:strategy/log@0.1.x"
+                    "; a strategy plugin may import only conclave:strategy/log (0.2.x or 0.1.x)"
                 },
             });
         }

@@ -192,6 +192,15 @@ pub enum CallError {
         /// Why.
         message: String,
     },
+    /// The request cannot be handed to the plugin (two candidates share a name, so a position
+    /// would not name one identity).
+    #[error("cannot ask strategy {strategy:?}: {reason}")]
+    InvalidRequest {
+        /// The strategy.
+        strategy: String,
+        /// What is wrong with the request.
+        reason: String,
+    },
     /// The plugin's `elect` returned an error.
     #[error("strategy {strategy:?} could not decide: {message}")]
     PluginError {
@@ -200,7 +209,8 @@ pub enum CallError {
         /// The plugin's message, cut to [`MAX_PLUGIN_TEXT`](crate::MAX_PLUGIN_TEXT) bytes.
         message: String,
     },
-    /// The plugin named someone who is not an eligible candidate; the answer is not applied.
+    /// The plugin named someone who is not an eligible candidate (or, under 0.2, a position past
+    /// the end); the answer is not applied.
     #[error(
         "strategy {strategy:?} elected {answer:?}, which is not one of the eligible candidates"
     )]
@@ -222,6 +232,7 @@ impl CallError {
             Self::Memory { .. } => "memory",
             Self::Trap { .. } => "trap",
             Self::Instantiate { .. } => "instantiate",
+            Self::InvalidRequest { .. } => "invalid_request",
             Self::PluginError { .. } => "plugin_error",
             Self::InvalidAnswer { .. } => "invalid_answer",
         }

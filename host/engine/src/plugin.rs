@@ -1,4 +1,5 @@
-//! One loaded plugin: its linked [`StrategyPre`] and what a call into it looks like.
+//! One loaded plugin: its linked [`StrategyPre`] and what a call into it looks like, in each
+//! contract version the host loads.
 
 use super::bindings;
 use super::compile::{LoadStats, Runtime, Ticker, Ticking};
@@ -6,6 +7,7 @@ use super::convert;
 use super::error::{CallError, LoadError};
 use super::limits::{CallLimiter, Limits};
 use super::{CallPhases, MAX_PLUGIN_TEXT};
+use conclave_core::prepared::PreparedRequest;
 use conclave_core::request::ElectionRequest;
 use conclave_core::text::truncate_utf8;
 use conclave_core::time::Timestamp;
@@ -13,7 +15,7 @@ use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{ComponentExportIndex, HasSelf, Linker, ResourceTable};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -28,6 +30,11 @@ const MAX_STRATEGY_NAME: usize = 253 + 1 + 63;
 const MAX_INFO_TEXT: usize = 1024;
 /// Longest answer that can be a candidate's name (a LeaseCandidate name is a DNS subdomain).
 const MAX_ANSWER: usize = 253;
+/// Longest label or annotation key a plugin may ask for (a qualified name: a DNS subdomain
+/// prefix, `/`, and a 63-character name).
+const MAX_KEY: usize = 253 + 1 + 63;
+/// Most label and annotation keys a plugin may ask for, together.
+const MAX_READ_KEYS: usize = 64;
 /// Bytes of stdout and of stderr kept per call from a WASI plugin.
 const STDIO_CAPACITY: usize = 64 * 1024;
 
@@ -60,6 +67,11 @@ pub struct PluginInfo {
     pub description: String,
     /// Its own version.
     pub version: String,
+    /// The contract version it was built against, e.g. `0.2.0`.
+    pub contract: &'static str,
+    /// What it reads of each candidate beyond versions and times (0.2 plugins), e.g.
+    /// `name, labels topology.kubernetes.io/zone`; every field for 0.1 plugins.
+    pub reads: String,
     /// The component's imports (only the log interface, or WASI with `--allow-wasi`).
     pub imports: Vec<String>,
     /// The component's size in bytes.
@@ -74,14 +86,40 @@ pub struct PluginInfo {
     pub load: LoadStats,
 }
 
-/// A plugin linked once (wasmtime's `InstancePre`), ready to be instantiated per call.
+/// A plugin linked once (wasmtime's `InstancePre`), ready to be instantiated per call, in the
+/// contract version it was built against.
 pub(super) struct StrategyPre {
-    pre: bindings::StrategyPre<CallState>,
+    contract: Contract,
+    /// The `elect` export, looked up once.
+    elect: ComponentExportIndex,
     ticker: Arc<Ticker>,
 }
 
+/// The contract versions the host loads, newest first.
+enum Contract {
+    V0_2(bindings::v0_2::StrategyPre<CallState>),
+    V0_1(bindings::v0_1::StrategyPre<CallState>),
+}
+
+impl Contract {
+    fn instance_pre(&self) -> &wasmtime::component::InstancePre<CallState> {
+        match self {
+            Self::V0_2(pre) => pre.instance_pre(),
+            Self::V0_1(pre) => pre.instance_pre(),
+        }
+    }
+
+    fn version(&self) -> &'static str {
+        match self {
+            Self::V0_2(_) => "0.2.0",
+            Self::V0_1(_) => "0.1.0",
+        }
+    }
+}
+
 impl StrategyPre {
-    /// Links `component` against the host interface (and WASI, if the linker has it).
+    /// Links `component` against the host interface (and WASI, if the linker has it), as the
+    /// newest contract version whose exports it has.
     pub(super) fn new(
         runtime: &Runtime,
         linker: &Linker<CallState>,
@@ -96,14 +134,24 @@ impl StrategyPre {
         let instance_pre = linker
             .instantiate_pre(component)
             .map_err(|e| load_error("cannot link it against the host interface", e))?;
-        let pre = bindings::StrategyPre::new(instance_pre).map_err(|e| {
-            load_error(
-                "it does not export the conclave:strategy@0.1.0 world (info, elect)",
-                e,
-            )
+        let contract = match bindings::v0_2::StrategyPre::new(instance_pre.clone()) {
+            Ok(pre) => Contract::V0_2(pre),
+            Err(newest) => bindings::v0_1::StrategyPre::new(instance_pre)
+                .map(Contract::V0_1)
+                .map_err(|_| {
+                    load_error(
+                        "it does not export the conclave:strategy world (info, elect) of a \
+                         version this host loads (0.2.0 or 0.1.0); as 0.2.0",
+                        newest,
+                    )
+                })?,
+        };
+        let elect = component.get_export_index(None, "elect").ok_or_else(|| {
+            load_error("it has no elect export", wasmtime::format_err!("missing"))
         })?;
         Ok(Self {
-            pre,
+            contract,
+            elect,
             ticker: Arc::clone(&runtime.ticker),
         })
     }
@@ -116,8 +164,16 @@ pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallS
         what: "linking the host interface",
         source,
     };
-    bindings::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
-        .map_err(link_error)?;
+    bindings::v0_2::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
+        &mut linker,
+        |state| state,
+    )
+    .map_err(link_error)?;
+    bindings::v0_1::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
+        &mut linker,
+        |state| state,
+    )
+    .map_err(link_error)?;
     if allow_wasi {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link_error)?;
     }
@@ -128,8 +184,48 @@ pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallS
 pub(super) struct Plugin {
     info: Arc<PluginInfo>,
     pre: StrategyPre,
+    /// What a 0.2 plugin reads; unused for 0.1, which gets every field.
+    reads: bindings::v0_2::Reads,
     settings: String,
     label: Arc<str>,
+}
+
+/// What `info()` reported, whichever the contract version.
+struct ReportedInfo {
+    strategies: Vec<String>,
+    description: String,
+    version: String,
+    reads: Option<bindings::v0_2::Reads>,
+}
+
+/// `reads` in words, for `strategy inspect` and the load log.
+fn describe_reads(reads: Option<&bindings::v0_2::Reads>) -> String {
+    use bindings::v0_2::CandidateFields as F;
+    let Some(reads) = reads else {
+        return "every field (0.1 contract)".to_owned();
+    };
+    let mut parts: Vec<String> = [
+        (F::NAME, "name"),
+        (F::STRATEGY, "strategy"),
+        (F::VERSION_TEXT, "version text"),
+        (F::LABELS, "labels"),
+        (F::ANNOTATIONS, "annotations"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| reads.fields.contains(*flag))
+    .map(|(_, name)| name.to_owned())
+    .collect();
+    for (kind, keys) in [
+        ("label", &reads.label_keys),
+        ("annotation", &reads.annotation_keys),
+    ] {
+        parts.extend(keys.iter().map(|key| format!("{kind} {key}")));
+    }
+    if parts.is_empty() {
+        "versions and times only".to_owned()
+    } else {
+        format!("versions, times, {}", parts.join(", "))
+    }
 }
 
 impl Plugin {
@@ -141,10 +237,26 @@ impl Plugin {
     ) -> Result<Self, LoadError> {
         let label: Arc<str> = info.source.to_string().into();
         let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
-        let reported = pre
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| instance.call_info(&mut store));
+        let reported = match &pre.contract {
+            Contract::V0_2(contract) => contract
+                .instantiate(&mut store)
+                .and_then(|instance| instance.call_info(&mut store))
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: Some(info.reads),
+                }),
+            Contract::V0_1(contract) => contract
+                .instantiate(&mut store)
+                .and_then(|instance| instance.call_info(&mut store))
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: None,
+                }),
+        };
         store.data_mut().flush_stdio();
         let reported = reported.map_err(|error| LoadError::Info {
             plugin: label.to_string(),
@@ -184,12 +296,36 @@ impl Plugin {
                 )));
             }
         }
+        if let Some(reads) = &reported.reads {
+            let keys = reads.label_keys.iter().chain(&reads.annotation_keys);
+            if let Some(key) = keys
+                .clone()
+                .find(|key| key.is_empty() || key.len() > MAX_KEY)
+            {
+                return Err(invalid(format!(
+                    "reads a label or annotation key of {} bytes; a key is 1 to {MAX_KEY}",
+                    key.len()
+                )));
+            }
+            if keys.count() > MAX_READ_KEYS {
+                return Err(invalid(format!(
+                    "reads more than {MAX_READ_KEYS} label and annotation keys"
+                )));
+            }
+        }
         info.strategies = reported.strategies;
         info.description = reported.description;
         info.version = reported.version;
+        info.contract = pre.contract.version();
+        info.reads = describe_reads(reported.reads.as_ref());
         Ok(Self {
             info: Arc::new(info),
             pre,
+            reads: reported.reads.unwrap_or(bindings::v0_2::Reads {
+                fields: bindings::v0_2::CandidateFields::all(),
+                label_keys: Vec::new(),
+                annotation_keys: Vec::new(),
+            }),
             settings,
             label,
         })
@@ -223,7 +359,22 @@ impl Plugin {
         } else {
             &request.settings
         };
-        let wit_request = convert::request(request, settings);
+        let prepared =
+            match &self.pre.contract {
+                Contract::V0_2(_) => Some(PreparedRequest::new(request).map_err(|error| {
+                    CallError::InvalidRequest {
+                        strategy: strategy.to_owned(),
+                        reason: error.to_string(),
+                    }
+                })?),
+                Contract::V0_1(_) => None,
+            };
+        let wit_request = match &prepared {
+            Some(prepared) => {
+                WitRequest::V0_2(convert::v0_2::request(prepared, settings, &self.reads))
+            }
+            None => WitRequest::V0_1(convert::request(request, settings)),
+        };
         lap(|p| &mut p.convert);
         let lease = format!("{}/{}", request.lease.namespace, request.lease.name);
         let mut store = new_store(
@@ -234,26 +385,51 @@ impl Plugin {
             self.info.limits,
         );
         lap(|p| &mut p.store);
-        let instance = self.pre.pre.instance_pre().instantiate(&mut store);
+        let instance = self.pre.contract.instance_pre().instantiate(&mut store);
         lap(|p| &mut p.instantiate);
+        let elect = &self.pre.elect;
         let result = instance
             .map_err(|error| (error, true))
             .and_then(|instance| {
                 // No post-return: the instance is dropped right after, with everything it allocated.
-                instance
-                    .get_typed_func::<(&convert::Request<'_>,), (ElectAnswer,)>(&mut store, "elect")
-                    .and_then(|elect| elect.call(&mut store, (&wit_request,)))
-                    .map(|(answer,)| answer)
-                    .map_err(|error| (error, false))
+                let answer = match &wit_request {
+                    WitRequest::V0_2(wit) => instance
+                        .get_typed_func::<(&convert::v0_2::Request<'_>,), (Answer<u32>,)>(
+                            &mut store, elect,
+                        )
+                        .and_then(|elect| elect.call(&mut store, (wit,)))
+                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position))),
+                    WitRequest::V0_1(wit) => instance
+                        .get_typed_func::<(&convert::Request<'_>,), (Answer<String>,)>(
+                            &mut store, elect,
+                        )
+                        .and_then(|elect| elect.call(&mut store, (wit,)))
+                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Name))),
+                };
+                answer.map_err(|error| (error, false))
             });
         lap(|p| &mut p.call);
         store.data_mut().flush_stdio();
+        let invalid = |answer: String| CallError::InvalidAnswer {
+            strategy: strategy.to_owned(),
+            answer,
+        };
         let outcome = match result {
-            Ok(Ok(Some(answer))) if answer.len() > MAX_ANSWER => Err(CallError::InvalidAnswer {
-                strategy: strategy.to_owned(),
-                answer: bounded(answer),
-            }),
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(Ok(None)) => Ok(None),
+            Ok(Ok(Some(Choice::Name(answer)))) if answer.len() > MAX_ANSWER => {
+                Err(invalid(bounded(answer)))
+            }
+            Ok(Ok(Some(Choice::Name(answer)))) => Ok(Some(answer)),
+            Ok(Ok(Some(Choice::Position(position)))) => {
+                let prepared = prepared.as_ref().expect("a position answers a 0.2 request");
+                match prepared.name_at(position) {
+                    Some(name) => Ok(Some(name.to_owned())),
+                    None => Err(invalid(format!(
+                        "position {position} (there are {} candidates)",
+                        prepared.candidates.len()
+                    ))),
+                }
+            }
             Ok(Err(message)) => Err(CallError::PluginError {
                 strategy: strategy.to_owned(),
                 message: bounded(message),
@@ -273,8 +449,20 @@ impl Plugin {
     }
 }
 
-/// What `elect` returns in `conclave:strategy@0.1.0`.
-type ElectAnswer = Result<Option<String>, String>;
+/// The request as the plugin's contract version shapes it.
+enum WitRequest<'a> {
+    V0_2(convert::v0_2::Request<'a>),
+    V0_1(convert::Request<'a>),
+}
+
+/// What `elect` returns: `T` is a position (0.2) or a name (0.1).
+type Answer<T> = Result<Option<T>, String>;
+
+/// Whom a plugin elected, as its contract version says it.
+enum Choice {
+    Position(u32),
+    Name(String),
+}
 
 /// `text` cut to [`MAX_PLUGIN_TEXT`] bytes, saying so if it was cut.
 fn bounded(mut text: String) -> String {
@@ -301,14 +489,19 @@ fn new_store(
         wasi: None,
         _ticking: pre.ticker.tick(),
     };
-    let mut store = Store::new(pre.pre.engine(), state);
+    let mut store = Store::new(pre.contract.instance_pre().engine(), state);
     store.limiter(|state| &mut state.limiter);
     // The budget is CPU time of the calling thread, not wall time, so a loaded machine does not
-    // cut off a good plugin: each epoch tick (1 ms) checks the thread's CPU clock.
-    let deadline = ThreadTime::now().as_duration() + limits.time;
+    // cut off a good plugin: each epoch tick (1 ms) checks the thread's CPU clock. The clock is
+    // first read at the first tick, not here: reading it is a system call, and most calls end
+    // before any tick. The budget therefore counts from the first tick, and a call may run up to
+    // one tick past it (it could already: the clock is only checked at ticks).
+    let mut deadline: Option<Duration> = None;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
-        Ok(if ThreadTime::now().as_duration() >= deadline {
+        let now = ThreadTime::now().as_duration();
+        let deadline = *deadline.get_or_insert(now + limits.time);
+        Ok(if now >= deadline {
             UpdateDeadline::Interrupt
         } else {
             UpdateDeadline::Continue(1)
@@ -396,20 +589,48 @@ impl CallState {
     }
 }
 
-impl bindings::conclave::strategy::log::Host for CallState {
-    fn log(&mut self, level: bindings::conclave::strategy::log::Level, message: String) {
-        use bindings::conclave::strategy::log::Level;
+impl CallState {
+    /// Writes one plugin log message into the host log, within the call's budget.
+    fn log(&mut self, level: tracing::Level, message: String) {
         let Some(message) = self.take_log_budget(message) else {
             return;
         };
         let (plugin, lease) = (&*self.plugin, self.lease.as_str());
         match level {
-            Level::Trace => tracing::trace!(plugin, lease, "{message}"),
-            Level::Debug => tracing::debug!(plugin, lease, "{message}"),
-            Level::Info => tracing::info!(plugin, lease, "{message}"),
-            Level::Warn => tracing::warn!(plugin, lease, "{message}"),
-            Level::Error => tracing::error!(plugin, lease, "{message}"),
+            tracing::Level::TRACE => tracing::trace!(plugin, lease, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, lease, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, lease, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, lease, "{message}"),
+            tracing::Level::ERROR => tracing::error!(plugin, lease, "{message}"),
         }
+    }
+}
+
+impl bindings::v0_2::conclave::strategy::log::Host for CallState {
+    fn log(&mut self, level: bindings::v0_2::conclave::strategy::log::Level, message: String) {
+        use bindings::v0_2::conclave::strategy::log::Level;
+        let level = match level {
+            Level::Trace => tracing::Level::TRACE,
+            Level::Debug => tracing::Level::DEBUG,
+            Level::Info => tracing::Level::INFO,
+            Level::Warn => tracing::Level::WARN,
+            Level::Error => tracing::Level::ERROR,
+        };
+        CallState::log(self, level, message);
+    }
+}
+
+impl bindings::v0_1::conclave::strategy::log::Host for CallState {
+    fn log(&mut self, level: bindings::v0_1::conclave::strategy::log::Level, message: String) {
+        use bindings::v0_1::conclave::strategy::log::Level;
+        let level = match level {
+            Level::Trace => tracing::Level::TRACE,
+            Level::Debug => tracing::Level::DEBUG,
+            Level::Info => tracing::Level::INFO,
+            Level::Warn => tracing::Level::WARN,
+            Level::Error => tracing::Level::ERROR,
+        };
+        CallState::log(self, level, message);
     }
 }
 

@@ -240,6 +240,8 @@ impl Loader<'_> {
             strategies: Vec::new(),
             description: String::new(),
             version: String::new(),
+            contract: "",
+            reads: String::new(),
             imports,
             size: bytes.len(),
             sha256,

@@ -466,10 +466,32 @@ fn a_huge_error_message_is_cut_and_says_so() {
 }
 
 #[test]
-fn an_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
+fn a_position_past_the_last_candidate_is_invalid() {
     let engine = loud_engine();
     let error = engine
         .elect("test/huge-answer", &request("test/huge-answer"))
+        .unwrap_err();
+    let CallError::InvalidAnswer { answer, .. } = &error else {
+        panic!("expected an invalid answer, got {error}");
+    };
+    assert_eq!(answer, "position 4294967295 (there are 2 candidates)");
+    assert_good_plugin_still_works(&engine);
+}
+
+/// A 0.1 `elect` body answering `ok(some(name))` with a 2 MiB name of `x`s at 64 KiB.
+const HUGE_NAME: &str = "(drop (memory.grow (i32.const 40))) \
+    (memory.fill (i32.const 0x10000) (i32.const 0x78) (i32.const 0x200000)) \
+    (i32.store (i32.const 0x300) (i32.const 0)) (i32.store (i32.const 0x304) (i32.const 1)) \
+    (i32.store (i32.const 0x308) (i32.const 0x10000)) \
+    (i32.store (i32.const 0x30c) (i32.const 0x200000)) (i32.const 0x300)";
+
+#[test]
+fn a_0_1_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "huge", "test/huge-name", HUGE_NAME);
+    let engine = engine_with(dir.path()).unwrap();
+    let error = engine
+        .elect("test/huge-name", &request("test/huge-name"))
         .unwrap_err();
     let CallError::InvalidAnswer { answer, .. } = &error else {
         panic!("expected an invalid answer, got {error}");
@@ -481,6 +503,76 @@ fn an_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
     );
     assert!(answer.ends_with("(2097152 bytes in all)"), "{answer:.80}");
     assert!(error.to_string().len() < 2 * MAX_PLUGIN_TEXT);
+}
+
+/// The built-in OldestEmulationVersion as it was built against `conclave:strategy@0.1.0`, before
+/// 0.2 existed (`fixtures/v0.1/`), loaded from a file.
+fn v0_1_engine() -> Engine {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/v0.1/oldest_emulation_version.wasm");
+    Engine::from_file(config(Path::new("unused")), &path).expect("a 0.1 component loads")
+}
+
+#[test]
+fn a_component_built_against_0_1_loads_and_elects_like_the_0_2_builtin() {
+    let old = v0_1_engine();
+    let info = old.plugins();
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].contract, "0.1.0");
+    assert!(
+        info[0]
+            .imports
+            .iter()
+            .any(|i| i.starts_with("conclave:strategy/log@0.1.")),
+        "{:?}",
+        info[0].imports
+    );
+    let current = Engine::new(EngineConfig::default()).unwrap();
+    let builtin = current.plugins();
+    assert_eq!(builtin[0].contract, "0.2.0");
+    assert_eq!(builtin[0].reads, "versions and times only");
+
+    let mut cases = vec![request(OLDEST_EMULATION_VERSION)];
+    let mut tie = request(OLDEST_EMULATION_VERSION);
+    tie.candidates = vec![
+        candidate("b", "1.33.0", "1.32.0"),
+        candidate("a", "1.33.0", "1.32.0"),
+        candidate("unparseable", "latest", "1.0.0"),
+        candidate("pre", "1.33.0-rc.1", "1.32.0"),
+    ];
+    cases.push(tie);
+    let mut nobody = request(OLDEST_EMULATION_VERSION);
+    nobody.candidates = vec![candidate("broken", "x", "y")];
+    cases.push(nobody);
+    for case in &cases {
+        let expected = current.elect(OLDEST_EMULATION_VERSION, case).unwrap();
+        assert_eq!(old.elect(OLDEST_EMULATION_VERSION, case).unwrap(), expected);
+    }
+    assert_eq!(
+        current
+            .elect(OLDEST_EMULATION_VERSION, &cases[1])
+            .unwrap()
+            .as_deref(),
+        Some("pre"),
+        "a pre-release sorts before its release"
+    );
+}
+
+#[test]
+fn a_0_2_request_with_two_candidates_of_one_name_is_refused() {
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let mut request = request(OLDEST_EMULATION_VERSION);
+    request
+        .candidates
+        .push(candidate("new", "1.30.0", "1.30.0"));
+    let error = engine
+        .elect(OLDEST_EMULATION_VERSION, &request)
+        .unwrap_err();
+    assert_eq!(error.label(), "invalid_request", "{error}");
+    assert!(
+        error.to_string().contains("\"new\" is listed twice"),
+        "{error}"
+    );
 }
 
 #[test]

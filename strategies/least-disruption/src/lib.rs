@@ -27,38 +27,33 @@ impl Strategy for LeastDisruption {
     const DESCRIPTION: &'static str = "OldestEmulationVersion, but keeps a live holder whose \
          emulation and binary versions equal the best candidate's";
 
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
-        let mut best: Option<OldestEmulationRank<'_>> = None;
-        let mut holder: Option<OldestEmulationRank<'_>> = None;
+    // Versions, creation times and the holder's position are all the rule reads.
+    const READS: Reads = Reads::NOTHING;
+
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         let live_holder = request
             .lease
-            .holder
-            .as_deref()
+            .holder_index
             .filter(|_| !request.lease.expired);
-        for c in &request.candidates {
-            let Some(rank) = OldestEmulationRank::new(
-                &c.name,
-                &c.binary_version,
-                &c.emulation_version,
-                c.creation_time,
-            ) else {
+        let mut best: Option<OldestEmulationKey> = None;
+        let mut holder: Option<OldestEmulationKey> = None;
+        for (position, candidate) in positions(&request.candidates) {
+            let Some(key) = OldestEmulationKey::new(position, candidate) else {
                 continue;
             };
-            if live_holder == Some(c.name.as_str()) {
-                holder = Some(rank.clone());
+            if live_holder == Some(position) {
+                holder = Some(key);
             }
-            if best.as_ref().is_none_or(|b| rank < *b) {
-                best = Some(rank);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
             }
         }
         let Some(best) = best else {
             return Ok(None);
         };
-        let keep_holder = holder
-            .as_ref()
-            .is_some_and(|h| h.cmp_versions(&best) == Ordering::Equal);
+        let keep_holder = holder.is_some_and(|h| h.cmp_versions(&best) == Ordering::Equal);
         let leader = if keep_holder { holder } else { Some(best) };
-        Ok(leader.map(|rank| rank.name.to_owned()))
+        Ok(leader.map(|key| key.position))
     }
 }
 
@@ -67,6 +62,7 @@ conclave_strategy::export_strategy!(LeastDisruption);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conclave_strategy::native::{CandidateView, ControllerRequest, LeaseView, elect_native};
 
     fn cand(name: &str, emulation: &str, binary: &str, created: i64) -> CandidateView {
         CandidateView {
@@ -79,19 +75,19 @@ mod tests {
     }
 
     fn elect(holder: Option<&str>, expired: bool, candidates: &[CandidateView]) -> Option<String> {
-        let mut request = ElectionRequest {
+        let mut request = ControllerRequest {
             lease: LeaseView {
                 holder: holder.map(Into::into),
                 expired,
                 ..LeaseView::default()
             },
             candidates: candidates.to_vec(),
-            ..ElectionRequest::default()
+            ..ControllerRequest::default()
         };
-        let forward = LeastDisruption::elect(&request).unwrap();
+        let forward = elect_native::<LeastDisruption>(&request).unwrap();
         request.candidates.reverse();
         assert_eq!(
-            LeastDisruption::elect(&request).unwrap(),
+            elect_native::<LeastDisruption>(&request).unwrap(),
             forward,
             "order matters"
         );

@@ -22,16 +22,11 @@ impl Strategy for OldestEmulationVersion {
     const DESCRIPTION: &'static str = "lowest emulation version, then lowest binary version, then \
          oldest creation time, then name (Kubernetes' built-in rule)";
 
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
-        let ranks = request.candidates.iter().filter_map(|c| {
-            OldestEmulationRank::new(
-                &c.name,
-                &c.binary_version,
-                &c.emulation_version,
-                c.creation_time,
-            )
-        });
-        Ok(pick_oldest_emulation_version(ranks).map(ToString::to_string))
+    // Versions and creation times are all the rule reads; names order the candidates.
+    const READS: Reads = Reads::NOTHING;
+
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
+        Ok(pick_oldest_emulation_version(&request.candidates))
     }
 }
 

@@ -30,27 +30,25 @@ impl Strategy for Priority {
     const DESCRIPTION: &'static str = "highest coordination.conclave.dev/priority annotation \
          (int32 > 0; missing or invalid = 0), ties by OldestEmulationVersion";
 
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
-        Ok(request
-            .candidates
-            .iter()
-            .filter_map(|c| {
-                let rank = OldestEmulationRank::new(
-                    &c.name,
-                    &c.binary_version,
-                    &c.emulation_version,
-                    c.creation_time,
-                )?;
-                Some((Reverse(priority(c)), rank))
+    // Names only for the warning about an invalid priority.
+    const READS: Reads = Reads {
+        fields: CandidateFields::NAME,
+        annotation_keys: &[PRIORITY_ANNOTATION],
+        ..Reads::NOTHING
+    };
+
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
+        Ok(positions(&request.candidates)
+            .filter_map(|(position, c)| {
+                let key = OldestEmulationKey::new(position, c)?;
+                Some((Reverse(priority(c)), key))
             })
             .min()
-            .map(|(_, rank)| rank.name.to_owned()))
+            .map(|(_, key)| key.position))
     }
 }
 
-/// The candidate's priority: the annotation's value, or 0 when it is missing or invalid (an invalid
-/// value is logged).
-fn priority(candidate: &CandidateView) -> i32 {
+fn priority(candidate: &Candidate) -> i32 {
     let Some(value) = candidate.annotation(PRIORITY_ANNOTATION) else {
         return 0;
     };
@@ -60,7 +58,7 @@ fn priority(candidate: &CandidateView) -> i32 {
             log::warn(&format!(
                 "candidate {:?}: annotation {PRIORITY_ANNOTATION}={value:?} is not an integer \
                  between 1 and {}; counting its priority as 0",
-                candidate.name,
+                candidate.name(),
                 i32::MAX
             ));
             0
@@ -68,7 +66,6 @@ fn priority(candidate: &CandidateView) -> i32 {
     }
 }
 
-/// Parses a priority: decimal digits only (no sign, no spaces), between 1 and `i32::MAX`.
 fn parse_priority(value: &str) -> Option<i32> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -81,6 +78,7 @@ conclave_strategy::export_strategy!(Priority);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conclave_strategy::native::{CandidateView, ControllerRequest, elect_native};
 
     fn cand(name: &str, version: &str, priority: Option<&str>, created: i64) -> CandidateView {
         CandidateView {
@@ -96,13 +94,17 @@ mod tests {
     }
 
     fn elect(candidates: &[CandidateView]) -> Option<String> {
-        let mut request = ElectionRequest {
+        let mut request = ControllerRequest {
             candidates: candidates.to_vec(),
-            ..ElectionRequest::default()
+            ..ControllerRequest::default()
         };
-        let forward = Priority::elect(&request).unwrap();
+        let forward = elect_native::<Priority>(&request).unwrap();
         request.candidates.reverse();
-        assert_eq!(Priority::elect(&request).unwrap(), forward, "order matters");
+        assert_eq!(
+            elect_native::<Priority>(&request).unwrap(),
+            forward,
+            "order matters"
+        );
         forward
     }
 

@@ -22,6 +22,17 @@ const PAGE: usize = 64 * 1024;
 /// steps of 256 KiB rather than page by page.
 const MIN_GROW_PAGES: usize = 4;
 
+unsafe extern "C" {
+    /// The first byte past the stack and the data segments, defined by the linker (wasm-ld).
+    static __heap_base: u8;
+}
+
+/// The address [`__heap_base`] stands for.
+fn heap_base() -> usize {
+    // SAFETY: only the symbol's address is taken, never its value.
+    core::ptr::addr_of!(__heap_base) as usize
+}
+
 /// A bump allocator over linear memory 0; see the module docs.
 pub struct BumpAllocator {
     /// The next free byte; 0 until the first allocation.
@@ -44,10 +55,12 @@ impl BumpAllocator {
     fn bump(&self, size: usize, align: usize) -> *mut u8 {
         let mut next = self.next.load(Ordering::Relaxed);
         if next == 0 {
-            // Start at the end of the memory the module declared: everything below belongs to the
-            // stack and the data segments.
-            next = core::arch::wasm32::memory_size::<0>() * PAGE;
-            self.end.store(next, Ordering::Relaxed);
+            // Start where the linker ends the stack and the data segments, inside the memory the
+            // module declares: most elections then never grow memory, which would cost the host an
+            // mprotect now and another when it resets the instance's slot.
+            next = heap_base();
+            self.end
+                .store(core::arch::wasm32::memory_size::<0>() * PAGE, Ordering::Relaxed);
         }
         let Some(start) = next.checked_next_multiple_of(align) else {
             return core::ptr::null_mut();

@@ -3,31 +3,51 @@
 //! A strategy decides who leads a Lease. Write one by implementing [`Strategy`] and exporting it
 //! with [`export_strategy!`]; build the crate (a `cdylib`) with
 //! `cargo build --target wasm32-wasip2 --release` and the result is a WebAssembly component that
-//! implements `conclave:strategy@0.1.0` (see `wit/strategy.wit`) and imports nothing but the
+//! implements `conclave:strategy@0.2.0` (see `wit/strategy.wit`) and imports nothing but the
 //! host's log.
 //!
 //! ```ignore
-//! #![no_std]
+//! #![cfg_attr(target_arch = "wasm32", no_std)]
 //! use conclave_strategy::prelude::*;
 //!
-//! struct FirstByName;
+//! struct Newest;
 //!
-//! impl Strategy for FirstByName {
-//!     const STRATEGIES: &'static [&'static str] = &["example.com/first-by-name"];
-//!     const DESCRIPTION: &'static str = "elects the candidate whose name sorts first";
+//! impl Strategy for Newest {
+//!     const STRATEGIES: &'static [&'static str] = &["example.com/newest"];
+//!     const DESCRIPTION: &'static str = "the highest emulation version leads, then the first name";
+//!     // Versions and times always arrive; this rule reads no other field.
+//!     const READS: Reads = Reads::NOTHING;
 //!
-//!     fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
-//!         Ok(request.candidates.iter().map(|c| &c.name).min().cloned())
+//!     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
+//!         Ok(positions(&request.candidates)
+//!             .filter_map(|(i, c)| Some((core::cmp::Reverse(c.emulation_version?.order), i)))
+//!             .min()
+//!             .map(|(_, i)| i))
 //!     }
 //! }
 //!
-//! conclave_strategy::export_strategy!(FirstByName);
+//! conclave_strategy::export_strategy!(Newest);
 //! ```
 //!
-//! Plugins are `#![no_std]` with `alloc`: a `std` guest for wasm32-wasip2 imports a dozen WASI
-//! interfaces it never uses, which the host refuses. [`export_strategy!`] supplies what `no_std`
-//! needs on wasm32: a global allocator, a panic handler that logs the panic and traps, and the
-//! `cabi_realloc` export the component model calls to pass data in.
+//! # What a rule gets, and what it answers
+//!
+//! - Candidates arrive sorted by name, so "the first name" is the lowest position.
+//! - Versions arrive parsed ([`ParsedVersion`]); compare them by `order`.
+//! - Other fields (name, strategy, version text, labels, annotations) arrive only when
+//!   [`Strategy::READS`] asks for them: each string costs an allocation inside the plugin, and
+//!   for most rules crossing into the component was most of the cost of an election. The default
+//!   reads everything; narrow it once the rule works.
+//! - `elect` answers with the winner's position in `request.candidates`.
+//!
+//! [`native::elect_native`] runs a strategy on a controller-side request without WebAssembly, exactly as
+//! the host would hand it to the component: use it in unit tests.
+//!
+//! # `no_std`
+//!
+//! Plugins are `no_std` with `alloc` in the component: a `std` guest for wasm32-wasip2 imports a
+//! dozen WASI interfaces it never uses, which the host refuses. [`export_strategy!`] supplies what
+//! `no_std` needs on wasm32: a global allocator, a panic handler that logs the panic and traps,
+//! and the `cabi_realloc` export the component model calls to pass data in.
 //!
 //! The allocator is a bump allocator (see [`BumpAllocator`]): every election runs in a fresh
 //! instance that is discarded afterwards, so memory is never reused across calls and freeing it
@@ -40,17 +60,15 @@ extern crate alloc;
 
 use alloc::string::String;
 
-pub use conclave_core::election::{OldestEmulationRank, pick_oldest_emulation_version};
-pub use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 pub use conclave_core::strategy::{MINIMUM_COMPATIBILITY_VERSION, OLDEST_EMULATION_VERSION};
 pub use conclave_core::time::Timestamp;
-/// Semantic versions parsed the way Kubernetes parses them: [`Version::parse_tolerant`] is the rule
-/// the election controller compares with, [`Version::parse_strict`] the one the API server
-/// validates with. Ordering is semver precedence with build metadata ignored.
+/// Semantic versions parsed the way Kubernetes parses them, for rules that read the version text:
+/// [`Version::parse_tolerant`] is the rule the election controller compares with,
+/// [`Version::parse_strict`] the one the API server validates with.
 pub use conclave_core::version::{PreRelease, Version, VersionError};
 
-/// The generated guest bindings for `wit/strategy.wit`. Authors use [`Strategy`] instead; these are
-/// public for [`export_strategy!`] and for plugins that need the raw WIT types.
+/// The generated guest bindings for `wit/strategy.wit`. Authors use [`Strategy`] and the types
+/// re-exported at the crate root instead; these are public for [`export_strategy!`].
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -63,13 +81,21 @@ pub mod bindings {
 }
 
 pub mod log;
+pub mod native;
+mod rank;
+mod request;
 
 #[cfg(target_arch = "wasm32")]
 mod alloc_bump;
 #[cfg(target_arch = "wasm32")]
 pub use alloc_bump::BumpAllocator;
 
-/// What a strategy author writes: the names the strategy answers to, a description, and the rule.
+pub use bindings::{Candidate, CandidateFields, ElectionRequest, Lease, ParsedVersion};
+pub use rank::{OldestEmulationKey, pick_oldest_emulation_version};
+pub use request::{Reads, positions};
+
+/// What a strategy author writes: the names the strategy answers to, a description, what it
+/// reads, and the rule.
 pub trait Strategy {
     /// The strategy names this plugin implements, as they appear in `spec.strategy`
     /// (e.g. `OldestEmulationVersion`, or a domain-prefixed name such as `example.com/priority`).
@@ -78,70 +104,30 @@ pub trait Strategy {
     /// A one-line description of the rule, shown by `conclave strategy inspect`.
     const DESCRIPTION: &'static str;
 
+    /// The candidate fields the rule reads beyond versions and times; the rest arrive as `None`.
+    /// Everything by default.
+    const READS: Reads = Reads::EVERYTHING;
+
     /// Decides one election.
     ///
-    /// Return `Ok(Some(name))` with the name of one of `request.candidates`, `Ok(None)` when nobody
+    /// Return `Ok(Some(i))` when `request.candidates[i]` should lead, `Ok(None)` when nobody
     /// should lead, or `Err(message)` when the strategy cannot decide (for example its settings in
-    /// `request.settings` are invalid). The host rejects any name that is not a candidate's. The
-    /// answer must not depend on the order of `request.candidates`.
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String>;
+    /// `request.settings` are invalid). The host rejects a position past the end. Candidates are
+    /// sorted by name; the answer must depend on nothing but the request.
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String>;
 }
 
 /// Everything a plugin usually needs: `use conclave_strategy::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        CandidateView, ElectionRequest, LeaseView, OldestEmulationRank, Strategy, Timestamp,
-        Version, log, pick_oldest_emulation_version,
+        Candidate, CandidateFields, ElectionRequest, Lease, OldestEmulationKey, ParsedVersion,
+        Reads, Strategy, Timestamp, Version, log, pick_oldest_emulation_version, positions,
     };
     pub use alloc::borrow::ToOwned;
     pub use alloc::boxed::Box;
     pub use alloc::string::{String, ToString};
     pub use alloc::vec::Vec;
     pub use alloc::{format, vec};
-}
-
-fn timestamp(micros: Option<i64>) -> Option<Timestamp> {
-    micros.map(Timestamp::from_micros)
-}
-
-impl From<bindings::Candidate> for CandidateView {
-    fn from(c: bindings::Candidate) -> Self {
-        Self {
-            name: c.name,
-            binary_version: c.binary_version,
-            emulation_version: c.emulation_version,
-            strategy: c.strategy,
-            creation_time: timestamp(c.creation_time),
-            renew_time: timestamp(c.renew_time),
-            ping_time: timestamp(c.ping_time),
-            labels: c.labels,
-            annotations: c.annotations,
-        }
-    }
-}
-
-impl From<bindings::Lease> for LeaseView {
-    fn from(l: bindings::Lease) -> Self {
-        Self {
-            namespace: l.namespace,
-            name: l.name,
-            holder: l.holder,
-            preferred_holder: l.preferred_holder,
-            strategy: l.strategy,
-            expired: l.expired,
-        }
-    }
-}
-
-/// Converts the WIT request into the plain-data request strategies are written against.
-#[must_use]
-pub fn request_from_wit(request: bindings::ElectionRequest) -> ElectionRequest {
-    ElectionRequest {
-        lease: request.lease.into(),
-        now: Timestamp::from_micros(request.now),
-        settings: request.settings,
-        candidates: request.candidates.into_iter().map(Into::into).collect(),
-    }
 }
 
 /// Support for [`export_strategy!`]; not part of the public API.
@@ -177,14 +163,12 @@ pub mod __private {
             strategies: S::STRATEGIES.iter().map(ToString::to_string).collect(),
             description: S::DESCRIPTION.to_string(),
             version: version.to_string(),
+            reads: S::READS.to_wit(),
         }
     }
 
     /// The `elect` export of a plugin built from `S`.
-    pub fn elect<S: Strategy>(
-        request: bindings::ElectionRequest,
-    ) -> Result<Option<String>, String> {
-        let request = super::request_from_wit(request);
+    pub fn elect<S: Strategy>(request: bindings::ElectionRequest) -> Result<Option<u32>, String> {
         let answer = S::elect(&request);
         // The instance is discarded after this call: walking the request to free it is wasted work.
         core::mem::forget(request);
@@ -273,10 +257,8 @@ macro_rules! export_strategy {
 
             fn elect(
                 request: $crate::bindings::ElectionRequest,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::StringType>,
-                $crate::__private::StringType,
-            > {
+            ) -> ::core::result::Result<::core::option::Option<u32>, $crate::__private::StringType>
+            {
                 $crate::__private::elect::<$strategy>(request)
             }
         }
@@ -319,43 +301,6 @@ macro_rules! export_strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
-
-    #[test]
-    fn wit_request_converts_field_by_field() {
-        let request = request_from_wit(bindings::ElectionRequest {
-            lease: bindings::Lease {
-                namespace: "ns".into(),
-                name: "lease".into(),
-                holder: Some("a".into()),
-                preferred_holder: None,
-                strategy: "S".into(),
-                expired: true,
-            },
-            now: 42,
-            settings: "{}".into(),
-            candidates: vec![bindings::Candidate {
-                name: "a".into(),
-                binary_version: "1.31.0".into(),
-                emulation_version: "1.30.0".into(),
-                strategy: "S".into(),
-                creation_time: Some(1),
-                renew_time: None,
-                ping_time: Some(3),
-                labels: vec![("k".into(), "v".into())],
-                annotations: Vec::new(),
-            }],
-        });
-        assert_eq!(request.lease.holder.as_deref(), Some("a"));
-        assert!(request.lease.expired);
-        assert_eq!(request.now, Timestamp::from_micros(42));
-        let candidate = &request.candidates[0];
-        assert_eq!(candidate.creation_time, Some(Timestamp::from_micros(1)));
-        assert_eq!(candidate.renew_time, None);
-        assert_eq!(candidate.ping_time, Some(Timestamp::from_micros(3)));
-        assert_eq!(candidate.label("k"), Some("v"));
-        assert_eq!(candidate.emulation_version, "1.30.0");
-    }
 
     #[test]
     fn fixed_buffer_cuts_at_a_character_boundary() {

@@ -30,27 +30,25 @@ impl Strategy for ZoneAffinity {
     const DESCRIPTION: &'static str = "candidates in the earliest of settings.zones (label \
          topology.kubernetes.io/zone) lead, unlisted zones last; ties by OldestEmulationVersion";
 
-    fn elect(request: &ElectionRequest) -> Result<Option<String>, String> {
+    const READS: Reads = Reads {
+        label_keys: &[ZONE_LABEL],
+        ..Reads::NOTHING
+    };
+
+    fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         let zones = parse_settings(&request.settings)
             .map_err(|problem| format!("invalid settings for {STRATEGY}: {problem}"))?;
-        Ok(request
-            .candidates
-            .iter()
-            .filter_map(|c| {
-                let rank = OldestEmulationRank::new(
-                    &c.name,
-                    &c.binary_version,
-                    &c.emulation_version,
-                    c.creation_time,
-                )?;
+        Ok(positions(&request.candidates)
+            .filter_map(|(position, c)| {
+                let key = OldestEmulationKey::new(position, c)?;
                 let preference = c
                     .label(ZONE_LABEL)
                     .and_then(|zone| zones.iter().position(|z| z == zone))
                     .unwrap_or(zones.len());
-                Some((preference, rank))
+                Some((preference, key))
             })
             .min()
-            .map(|(_, rank)| rank.name.to_owned()))
+            .map(|(_, key)| key.position))
     }
 }
 
@@ -130,6 +128,7 @@ conclave_strategy::export_strategy!(ZoneAffinity);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conclave_strategy::native::{CandidateView, ControllerRequest, elect_native};
 
     fn cand(name: &str, zone: Option<&str>, version: &str, created: i64) -> CandidateView {
         CandidateView {
@@ -145,14 +144,18 @@ mod tests {
     }
 
     fn elect(settings: &str, candidates: &[CandidateView]) -> Result<Option<String>, String> {
-        let mut request = ElectionRequest {
+        let mut request = ControllerRequest {
             settings: settings.into(),
             candidates: candidates.to_vec(),
-            ..ElectionRequest::default()
+            ..ControllerRequest::default()
         };
-        let forward = ZoneAffinity::elect(&request);
+        let forward = elect_native::<ZoneAffinity>(&request);
         request.candidates.reverse();
-        assert_eq!(ZoneAffinity::elect(&request), forward, "order matters");
+        assert_eq!(
+            elect_native::<ZoneAffinity>(&request),
+            forward,
+            "order matters"
+        );
         forward
     }
 

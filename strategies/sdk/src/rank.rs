@@ -1,0 +1,52 @@
+//! Kubernetes' `OldestEmulationVersion` ranking on a 0.2 request, for the built-in strategy and the
+//! strategies that break ties with it.
+
+use crate::bindings::Candidate;
+use crate::request::positions;
+use core::cmp::Ordering;
+
+/// How one eligible candidate ranks under `OldestEmulationVersion`; smaller is better.
+///
+/// Lowest emulation version, then lowest binary version, then oldest creation time (an unknown
+/// time after every known one), then name, which is the position since candidates arrive sorted
+/// by name. A candidate whose versions do not parse is ineligible and has no key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OldestEmulationKey {
+    emulation: u32,
+    binary: u32,
+    /// `(false, time)` for a known creation time, `(true, 0)` for an unknown one.
+    created: (bool, i64),
+    /// The candidate's position in the request.
+    pub position: u32,
+}
+
+impl OldestEmulationKey {
+    /// The key of the candidate at `position`, or `None` when it is ineligible (a version does not
+    /// parse, or the emulation version is empty).
+    #[must_use]
+    pub fn new(position: u32, candidate: &Candidate) -> Option<Self> {
+        Some(Self {
+            emulation: candidate.emulation_version?.order,
+            binary: candidate.binary_version?.order,
+            created: candidate
+                .creation_time
+                .map_or((true, 0), |created| (false, created)),
+            position,
+        })
+    }
+
+    /// Compares only the versions: `Equal` means neither candidate is strictly older.
+    #[must_use]
+    pub fn cmp_versions(&self, other: &Self) -> Ordering {
+        (self.emulation, self.binary).cmp(&(other.emulation, other.binary))
+    }
+}
+
+/// The position of the candidate `OldestEmulationVersion` elects, or `None` when none is eligible.
+#[must_use]
+pub fn pick_oldest_emulation_version(candidates: &[Candidate]) -> Option<u32> {
+    positions(candidates)
+        .filter_map(|(position, candidate)| OldestEmulationKey::new(position, candidate))
+        .min()
+        .map(|key| key.position)
+}
