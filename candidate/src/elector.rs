@@ -13,8 +13,8 @@ use crate::config::{
 use crate::lock::{LeaseLock, Write};
 use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
-use crate::{Error, Result, wall_now};
-use conclave_core::k8s::lease_record;
+use crate::{Error, Result};
+use conclave_core::k8s::{self, lease_record};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::time::Timestamp;
 use futures::StreamExt;
@@ -517,10 +517,10 @@ impl Elector {
                 reported: false,
             }),
         };
-        runner.emit(Transition::Following { at: wall_now() });
+        runner.emit(Transition::Following { at: k8s::now() });
         while let Some(won) = runner.follow().await {
             runner.lead(won, &mut lead).await;
-            runner.emit(Transition::Following { at: wall_now() });
+            runner.emit(Transition::Following { at: k8s::now() });
         }
         runner.stop_candidate().await;
         runner.shared.running.send_replace(false);
@@ -688,11 +688,11 @@ impl Runner {
                 self.shared
                     .coordination
                     .send_replace(Coordination::Attended);
-                self.notify(Notice::ElectionControllerActing { at: wall_now() });
+                self.notify(Notice::ElectionControllerActing { at: k8s::now() });
             }
             return;
         }
-        let (since, since_wall) = *attendance.free_since.get_or_insert((now, wall_now()));
+        let (since, since_wall) = *attendance.free_since.get_or_insert((now, k8s::now()));
         if attendance.reported || now.duration_since(since) < attendance.timeout {
             return;
         }
@@ -710,7 +710,7 @@ impl Runner {
             .send_replace(Coordination::Unattended { since: since_wall });
         self.notify(Notice::NoElectionController {
             since: since_wall,
-            at: wall_now(),
+            at: k8s::now(),
         });
     }
 
@@ -811,7 +811,7 @@ impl Runner {
                 // Named holder while another is preferred (e.g. after a restart): nothing runs,
                 // so hand over at once.
                 tracing::info!(lease = %self.config().key(), preferred, "holder but pre-empted before leading; releasing");
-                return match self.lock.release(lease, wall_now()).await {
+                return match self.lock.release(lease, k8s::now()).await {
                     Ok(Write::Conflict) => Some(Attempt::Retry),
                     Ok(Write::Done(_)) => None,
                     Err(error) => {
@@ -821,7 +821,7 @@ impl Runner {
                     }
                 };
             }
-            let observed_at = wall_now();
+            let observed_at = k8s::now();
             return self.write_holder(lease, observed_at).await;
         }
         if record.holder().is_some() && fresh {
@@ -829,7 +829,7 @@ impl Runner {
             return None;
         }
         if self.may_take(free_since, now) {
-            return self.write_holder(lease, wall_now()).await;
+            return self.write_holder(lease, k8s::now()).await;
         }
         None
     }
@@ -838,7 +838,7 @@ impl Runner {
         let sent = Instant::now();
         match tokio::time::timeout(
             self.config().renew_deadline,
-            self.lock.write_holder(lease, wall_now()),
+            self.lock.write_holder(lease, k8s::now()),
         )
         .await
         {
@@ -862,7 +862,7 @@ impl Runner {
     }
 
     async fn try_create(&self) -> Option<Attempt> {
-        let observed_at = wall_now();
+        let observed_at = k8s::now();
         let sent = Instant::now();
         let create = self.lock.create(self.strategy.clone(), observed_at);
         match tokio::time::timeout(self.config().renew_deadline, create).await {
@@ -920,7 +920,7 @@ impl Runner {
         // after `Leading` wherever it is observed.
         self.emit(Transition::Leading {
             term: number,
-            at: wall_now(),
+            at: k8s::now(),
             observed_at: won.observed_at,
         });
         term.spawn(lead(term.clone()));
@@ -971,7 +971,7 @@ impl Runner {
         let (still_held, leaked, stopped) = self
             .drain(&term, &mut lease, &mut renewed_at, lost, next_renewal)
             .await;
-        let stopped_at = wall_now();
+        let stopped_at = k8s::now();
         if leaked > 0 {
             tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, "term tasks still running after the drain timeout; aborted");
             self.metrics
@@ -994,7 +994,7 @@ impl Runner {
                 Release::Released => {
                     self.emit(Transition::Released {
                         term: number,
-                        at: wall_now(),
+                        at: k8s::now(),
                     });
                     None
                 }
@@ -1011,7 +1011,7 @@ impl Runner {
             self.metrics.release_failed(&key, self.identity());
             self.notify(Notice::ReleaseFailed {
                 term: number,
-                at: wall_now(),
+                at: k8s::now(),
                 error,
             });
         }
@@ -1103,7 +1103,7 @@ impl Runner {
                 return Check::Holding;
             }
             let sent = Instant::now();
-            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, wall_now()))
+            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, k8s::now()))
                 .await
             {
                 Ok(Ok(Write::Done(stored))) => {
@@ -1137,7 +1137,7 @@ impl Runner {
                 if lease_record(&current).holder() != Some(self.identity()) {
                     return Ok(false);
                 }
-                match self.lock.release(&current, wall_now()).await? {
+                match self.lock.release(&current, k8s::now()).await? {
                     Write::Done(stored) => {
                         self.observed.observe(Some(&stored), Instant::now());
                         return Ok::<bool, Error>(true);

@@ -223,11 +223,6 @@ fn is_already_exists(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
 }
 
-/// The wall clock as a core timestamp (microsecond precision, like `MicroTime`).
-fn wall_now() -> conclave_core::time::Timestamp {
-    conclave_core::k8s::timestamp(jiff::Timestamp::now())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
