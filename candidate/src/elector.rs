@@ -91,8 +91,8 @@ impl StopReason {
 ///
 /// Order, per term: `Leading` (published before the term's closure is called, so the term's own
 /// work always comes after it), `StoppedLeading` (after the term's tasks finished, so their last
-/// words come before it), `Released` (unless the Lease was lost, or the release failed: then a
-/// [`Notice::ReleaseFailed`]), `Following`. [`Elector::on_transition`] sees them in that order,
+/// words come before it), then `Released`, or `ReleaseFailed` when the Lease was still held but
+/// could not be released (neither when the Lease was lost), then `Following`. [`Elector::on_transition`] sees them in that order,
 /// inline with the term; subscribers of [`ElectorHandle::transitions`] receive them in that order
 /// too, but on their own task, so their output may interleave with the term's.
 ///
@@ -135,25 +135,8 @@ pub enum Transition {
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
     },
-    /// This instance follows (at start and after each term).
-    Following {
-        /// When.
-        #[serde(serialize_with = "crate::time::serialize")]
-        at: Timestamp,
-    },
-}
-
-/// Something an operator should know that is not a change of leadership: each is also a
-/// metric and one log line (a `warn` for problems), and arrives on [`ElectorHandle::notices`].
-///
-/// Serializes like [`Transition`]: `{"event":"release-failed","term":2,"at":"…","error":"…"}`.
-/// More kinds may be added; match with a wildcard arm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Notice {
     /// The Lease could not be released after term `term`, so the next leader waits for it to
-    /// expire (`conclave_candidate_release_failures_total`).
+    /// expire (`conclave_candidate_release_failures_total`; also a `warn` or `error` log line).
     ReleaseFailed {
         /// The term number.
         term: u64,
@@ -163,6 +146,24 @@ pub enum Notice {
         /// Why, as a sentence.
         error: String,
     },
+    /// This instance follows (at start and after each term).
+    Following {
+        /// When.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+}
+
+/// Something an operator should know that is not a change of leadership (those, failed
+/// releases and leaked tasks included, are [`Transition`]s): each is also a metric and one log
+/// line (a `warn` for problems), and arrives on [`ElectorHandle::notices`].
+///
+/// Serializes like [`Transition`]: `{"event":"no-election-controller","since":"…","at":"…"}`.
+/// More kinds may be added; match with a wildcard arm.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Notice {
     /// Coordinated mode: the Lease has had no holder (missing, released or expired) since
     /// `since`, for the controller timeout: no election controller is acting on it
     /// (`conclave_candidate_election_unattended` is 1). Is the `CoordinatedLeaderElection`
@@ -239,8 +240,8 @@ impl ElectorHandle {
         self.shared.transitions.subscribe()
     }
 
-    /// Every [`Notice`] from now on: failed releases, and an election controller that does not
-    /// act on the Lease.
+    /// Every [`Notice`] from now on: an election controller that does not act on the Lease, and
+    /// one that acts again.
     #[must_use]
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
         self.shared.notices.subscribe()
@@ -1009,7 +1010,7 @@ impl Runner {
         };
         if let Some(error) = failure {
             self.metrics.release_failed(&key, self.identity());
-            self.notify(Notice::ReleaseFailed {
+            self.emit(Transition::ReleaseFailed {
                 term: number,
                 at: k8s::now(),
                 error,
@@ -1318,7 +1319,7 @@ mod tests {
                 json!({ "state": "following" }),
             ),
             (
-                serde_json::to_value(Notice::ReleaseFailed {
+                serde_json::to_value(Transition::ReleaseFailed {
                     term: 2,
                     at,
                     error: "the API server said no".into(),

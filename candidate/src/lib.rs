@@ -63,8 +63,9 @@
 //! Logs are not the only channel. Every problem is also:
 //! - a metric ([`ElectorMetrics::register`]): leaked tasks, failed releases, failed API requests
 //!   by operation, and whether the Lease is unattended;
-//! - a value: [`Transition::StoppedLeading`] counts leaked tasks; [`ElectorHandle::notices`]
-//!   carries [`Notice::ReleaseFailed`] and [`Notice::NoElectionController`];
+//! - a value: [`Transition::StoppedLeading`] counts leaked tasks and
+//!   [`Transition::ReleaseFailed`] says why a Lease was not released, in order with the rest of
+//!   the term; [`ElectorHandle::notices`] carries [`Notice::NoElectionController`], and
 //!   [`ElectorHandle::coordination`] says whether an election controller acts on the Lease.
 //!
 //! Transitions, notices and states serialize (serde) as flat JSON objects with RFC 3339 times,

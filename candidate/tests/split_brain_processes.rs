@@ -96,7 +96,11 @@ fn spawn_candidate(
                 serde_json::from_str(&line).expect("one JSON object per line");
             let event = value["event"].as_str().unwrap_or_default().to_owned();
             let term = value["term"].as_u64().unwrap_or_default();
-            let key = if event == "leading" { "observed" } else { "at" };
+            let key = if event == "leading" {
+                "observed_at"
+            } else {
+                "at"
+            };
             let at: jiff::Timestamp = value[key].as_str().unwrap().parse().unwrap();
             let reason = value["reason"].as_str().unwrap_or_default().to_owned();
             lines

@@ -4,8 +4,8 @@
 //! smoke-testing a cluster run it.
 
 use anyhow::Context as _;
-use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, StopReason, Term, Transition};
-use serde_json::{Value, json};
+use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term, Transition};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -108,7 +108,7 @@ async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
     let mut transitions = elector.handle().transitions();
     let printer = tokio::spawn(async move {
         while let Ok(transition) = transitions.recv().await {
-            println!("{}", transition_json(&transition));
+            println!("{}", transition_line(&transition));
         }
     });
     let work = Duration::from_millis(args.work_ms);
@@ -134,42 +134,12 @@ async fn lead(term: Term, work: Duration) {
     });
 }
 
-fn rfc3339(at: conclave_core::time::Timestamp) -> String {
-    jiff::Timestamp::from_microsecond(at.as_micros())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-/// One JSON line per transition: `event`, `term`, `at` and details.
-fn transition_json(transition: &Transition) -> Value {
-    match transition {
-        Transition::Leading {
-            term,
-            at,
-            observed_at,
-        } => json!({
-            "event": "leading", "term": term, "at": rfc3339(*at), "observed": rfc3339(*observed_at),
-        }),
-        Transition::StoppedLeading {
-            term,
-            at,
-            reason,
-            leaked_tasks,
-        } => {
-            let mut line = json!({
-                "event": "stopped-leading", "term": term, "at": rfc3339(*at),
-                "reason": reason.label(), "leaked_tasks": leaked_tasks,
-            });
-            if let StopReason::Preempted { preferred_holder } = reason {
-                line["preferred_holder"] = json!(preferred_holder);
-            }
-            line
-        }
-        Transition::Released { term, at } => json!({
-            "event": "released", "term": term, "at": rfc3339(*at),
-        }),
-        Transition::Following { at } => json!({ "event": "following", "at": rfc3339(*at) }),
-    }
+/// One JSON line per transition: the library's serialized form (`event`, `term`, `at` and
+/// details, RFC 3339 times), so every kind of transition is printed as it is defined there.
+fn transition_line(transition: &Transition) -> String {
+    serde_json::to_string(transition).unwrap_or_else(|error| {
+        json!({ "event": "unprintable", "error": error.to_string() }).to_string()
+    })
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
@@ -191,15 +161,17 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     tracing::info!("shutting down: leaving the election");
     shutdown.cancel();
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conclave_core::time::Timestamp;
+    use conclave_candidate::{StopReason, Timestamp};
+    use serde_json::Value;
 
     #[test]
     fn transitions_print_as_one_json_object_each() {
         let at = Timestamp::from_secs(1_764_500_000);
-        let line = transition_json(&Transition::StoppedLeading {
+        let line = transition_line(&Transition::StoppedLeading {
             term: 3,
             at,
             reason: StopReason::Preempted {
@@ -207,16 +179,20 @@ mod tests {
             },
             leaked_tasks: 0,
         });
+        assert!(!line.contains('\n'), "{line}");
+        let line: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(line["event"], "stopped-leading");
         assert_eq!(line["term"], 3);
         assert_eq!(line["reason"], "preempted");
         assert_eq!(line["preferred_holder"], "b");
         assert_eq!(line["at"], "2025-11-30T10:53:20Z");
-        let line = transition_json(&Transition::Leading {
-            term: 1,
+        let line: Value = serde_json::from_str(&transition_line(&Transition::ReleaseFailed {
+            term: 3,
             at,
-            observed_at: at,
-        });
-        assert_eq!(line["event"], "leading");
+            error: "the API server said no".into(),
+        }))
+        .unwrap();
+        assert_eq!(line["event"], "release-failed");
+        assert_eq!(line["error"], "the API server said no");
     }
 }
