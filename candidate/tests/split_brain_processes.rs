@@ -68,14 +68,14 @@ fn spawn_candidate(
             "--emulation-version",
             emulation,
         ])
-        .args(["--strategy", STRATEGY, "--work-ms", "20"])
+        .args(["--strategy", STRATEGY, "--work", "20ms"])
         .args([
-            "--lease-duration-seconds",
-            "3",
-            "--renew-deadline-ms",
-            "2000",
-            "--retry-period-ms",
-            "300",
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "300ms",
         ])
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
