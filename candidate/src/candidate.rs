@@ -2,8 +2,8 @@
 //! way out (spec §8.1).
 
 use crate::config::{CandidateConfig, LeaseConfig};
-use crate::{Error, Result, is_conflict, is_not_found, wall_now};
-use conclave_core::k8s::{micro_time, timestamp, validate_lease_candidate_update};
+use crate::{Error, Result, is_conflict, is_not_found};
+use conclave_core::k8s::{self, micro_time, timestamp, validate_lease_candidate_update};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::api::{DeleteParams, PostParams, Preconditions};
@@ -167,7 +167,7 @@ impl Candidate {
             else {
                 let mut object = self.config.object(&self.lease);
                 if let Some(spec) = object.spec.as_mut() {
-                    spec.renew_time = Some(micro_time(wall_now()));
+                    spec.renew_time = Some(micro_time(k8s::now()));
                 }
                 match self.api.create(&PostParams::default(), &object).await {
                     Ok(stored) => return Ok(self.renewed(stored, "created")),
@@ -207,7 +207,7 @@ impl Candidate {
             if let (Some(spec), Some(old)) = (wanted.spec.as_mut(), existing.spec.as_ref()) {
                 // pingTime belongs to the controller: keep it (pings are persistent upstream).
                 spec.ping_time = old.ping_time.clone();
-                spec.renew_time = Some(micro_time(wall_now()));
+                spec.renew_time = Some(micro_time(k8s::now()));
             }
             match self
                 .api

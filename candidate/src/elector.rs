@@ -13,8 +13,8 @@ use crate::config::{
 use crate::lock::{LeaseLock, Write};
 use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
-use crate::{Error, Result, wall_now};
-use conclave_core::k8s::lease_record;
+use crate::{Error, Result};
+use conclave_core::k8s::{self, lease_record};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::time::Timestamp;
 use futures::StreamExt;
@@ -91,8 +91,8 @@ impl StopReason {
 ///
 /// Order, per term: `Leading` (published before the term's closure is called, so the term's own
 /// work always comes after it), `StoppedLeading` (after the term's tasks finished, so their last
-/// words come before it), `Released` (unless the Lease was lost, or the release failed: then a
-/// [`Notice::ReleaseFailed`]), `Following`. [`Elector::on_transition`] sees them in that order,
+/// words come before it), then `Released`, or `ReleaseFailed` when the Lease was still held but
+/// could not be released (neither when the Lease was lost), then `Following`. [`Elector::on_transition`] sees them in that order,
 /// inline with the term; subscribers of [`ElectorHandle::transitions`] receive them in that order
 /// too, but on their own task, so their output may interleave with the term's.
 ///
@@ -135,25 +135,8 @@ pub enum Transition {
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
     },
-    /// This instance follows (at start and after each term).
-    Following {
-        /// When.
-        #[serde(serialize_with = "crate::time::serialize")]
-        at: Timestamp,
-    },
-}
-
-/// Something an operator should know that is not a change of leadership: each is also a
-/// metric and one log line (a `warn` for problems), and arrives on [`ElectorHandle::notices`].
-///
-/// Serializes like [`Transition`]: `{"event":"release-failed","term":2,"at":"…","error":"…"}`.
-/// More kinds may be added; match with a wildcard arm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Notice {
     /// The Lease could not be released after term `term`, so the next leader waits for it to
-    /// expire (`conclave_candidate_release_failures_total`).
+    /// expire (`conclave_candidate_release_failures_total`; also a `warn` or `error` log line).
     ReleaseFailed {
         /// The term number.
         term: u64,
@@ -163,6 +146,24 @@ pub enum Notice {
         /// Why, as a sentence.
         error: String,
     },
+    /// This instance follows (at start and after each term).
+    Following {
+        /// When.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+}
+
+/// Something an operator should know that is not a change of leadership (those, failed
+/// releases and leaked tasks included, are [`Transition`]s): each is also a metric and one log
+/// line (a `warn` for problems), and arrives on [`ElectorHandle::notices`].
+///
+/// Serializes like [`Transition`]: `{"event":"no-election-controller","since":"…","at":"…"}`.
+/// More kinds may be added; match with a wildcard arm.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Notice {
     /// Coordinated mode: the Lease has had no holder (missing, released or expired) since
     /// `since`, for the controller timeout: no election controller is acting on it
     /// (`conclave_candidate_election_unattended` is 1). Is the `CoordinatedLeaderElection`
@@ -239,8 +240,8 @@ impl ElectorHandle {
         self.shared.transitions.subscribe()
     }
 
-    /// Every [`Notice`] from now on: failed releases, and an election controller that does not
-    /// act on the Lease.
+    /// Every [`Notice`] from now on: an election controller that does not act on the Lease, and
+    /// one that acts again.
     #[must_use]
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
         self.shared.notices.subscribe()
@@ -517,10 +518,10 @@ impl Elector {
                 reported: false,
             }),
         };
-        runner.emit(Transition::Following { at: wall_now() });
+        runner.emit(Transition::Following { at: k8s::now() });
         while let Some(won) = runner.follow().await {
             runner.lead(won, &mut lead).await;
-            runner.emit(Transition::Following { at: wall_now() });
+            runner.emit(Transition::Following { at: k8s::now() });
         }
         runner.stop_candidate().await;
         runner.shared.running.send_replace(false);
@@ -688,11 +689,11 @@ impl Runner {
                 self.shared
                     .coordination
                     .send_replace(Coordination::Attended);
-                self.notify(Notice::ElectionControllerActing { at: wall_now() });
+                self.notify(Notice::ElectionControllerActing { at: k8s::now() });
             }
             return;
         }
-        let (since, since_wall) = *attendance.free_since.get_or_insert((now, wall_now()));
+        let (since, since_wall) = *attendance.free_since.get_or_insert((now, k8s::now()));
         if attendance.reported || now.duration_since(since) < attendance.timeout {
             return;
         }
@@ -710,7 +711,7 @@ impl Runner {
             .send_replace(Coordination::Unattended { since: since_wall });
         self.notify(Notice::NoElectionController {
             since: since_wall,
-            at: wall_now(),
+            at: k8s::now(),
         });
     }
 
@@ -811,7 +812,7 @@ impl Runner {
                 // Named holder while another is preferred (e.g. after a restart): nothing runs,
                 // so hand over at once.
                 tracing::info!(lease = %self.config().key(), preferred, "holder but pre-empted before leading; releasing");
-                return match self.lock.release(lease, wall_now()).await {
+                return match self.lock.release(lease, k8s::now()).await {
                     Ok(Write::Conflict) => Some(Attempt::Retry),
                     Ok(Write::Done(_)) => None,
                     Err(error) => {
@@ -821,7 +822,7 @@ impl Runner {
                     }
                 };
             }
-            let observed_at = wall_now();
+            let observed_at = k8s::now();
             return self.write_holder(lease, observed_at).await;
         }
         if record.holder().is_some() && fresh {
@@ -829,7 +830,7 @@ impl Runner {
             return None;
         }
         if self.may_take(free_since, now) {
-            return self.write_holder(lease, wall_now()).await;
+            return self.write_holder(lease, k8s::now()).await;
         }
         None
     }
@@ -838,7 +839,7 @@ impl Runner {
         let sent = Instant::now();
         match tokio::time::timeout(
             self.config().renew_deadline,
-            self.lock.write_holder(lease, wall_now()),
+            self.lock.write_holder(lease, k8s::now()),
         )
         .await
         {
@@ -862,7 +863,7 @@ impl Runner {
     }
 
     async fn try_create(&self) -> Option<Attempt> {
-        let observed_at = wall_now();
+        let observed_at = k8s::now();
         let sent = Instant::now();
         let create = self.lock.create(self.strategy.clone(), observed_at);
         match tokio::time::timeout(self.config().renew_deadline, create).await {
@@ -920,7 +921,7 @@ impl Runner {
         // after `Leading` wherever it is observed.
         self.emit(Transition::Leading {
             term: number,
-            at: wall_now(),
+            at: k8s::now(),
             observed_at: won.observed_at,
         });
         term.spawn(lead(term.clone()));
@@ -971,7 +972,7 @@ impl Runner {
         let (still_held, leaked, stopped) = self
             .drain(&term, &mut lease, &mut renewed_at, lost, next_renewal)
             .await;
-        let stopped_at = wall_now();
+        let stopped_at = k8s::now();
         if leaked > 0 {
             tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, "term tasks still running after the drain timeout; aborted");
             self.metrics
@@ -994,7 +995,7 @@ impl Runner {
                 Release::Released => {
                     self.emit(Transition::Released {
                         term: number,
-                        at: wall_now(),
+                        at: k8s::now(),
                     });
                     None
                 }
@@ -1009,9 +1010,9 @@ impl Runner {
         };
         if let Some(error) = failure {
             self.metrics.release_failed(&key, self.identity());
-            self.notify(Notice::ReleaseFailed {
+            self.emit(Transition::ReleaseFailed {
                 term: number,
-                at: wall_now(),
+                at: k8s::now(),
                 error,
             });
         }
@@ -1103,7 +1104,7 @@ impl Runner {
                 return Check::Holding;
             }
             let sent = Instant::now();
-            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, wall_now()))
+            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, k8s::now()))
                 .await
             {
                 Ok(Ok(Write::Done(stored))) => {
@@ -1137,7 +1138,7 @@ impl Runner {
                 if lease_record(&current).holder() != Some(self.identity()) {
                     return Ok(false);
                 }
-                match self.lock.release(&current, wall_now()).await? {
+                match self.lock.release(&current, k8s::now()).await? {
                     Write::Done(stored) => {
                         self.observed.observe(Some(&stored), Instant::now());
                         return Ok::<bool, Error>(true);
@@ -1318,7 +1319,7 @@ mod tests {
                 json!({ "state": "following" }),
             ),
             (
-                serde_json::to_value(Notice::ReleaseFailed {
+                serde_json::to_value(Transition::ReleaseFailed {
                     term: 2,
                     at,
                     error: "the API server said no".into(),

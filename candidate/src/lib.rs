@@ -63,8 +63,9 @@
 //! Logs are not the only channel. Every problem is also:
 //! - a metric ([`ElectorMetrics::register`]): leaked tasks, failed releases, failed API requests
 //!   by operation, and whether the Lease is unattended;
-//! - a value: [`Transition::StoppedLeading`] counts leaked tasks; [`ElectorHandle::notices`]
-//!   carries [`Notice::ReleaseFailed`] and [`Notice::NoElectionController`];
+//! - a value: [`Transition::StoppedLeading`] counts leaked tasks and
+//!   [`Transition::ReleaseFailed`] says why a Lease was not released, in order with the rest of
+//!   the term; [`ElectorHandle::notices`] carries [`Notice::NoElectionController`], and
 //!   [`ElectorHandle::coordination`] says whether an election controller acts on the Lease.
 //!
 //! Transitions, notices and states serialize (serde) as flat JSON objects with RFC 3339 times,
@@ -221,11 +222,6 @@ fn is_not_found(error: &kube::Error) -> bool {
 /// Whether a client error is an HTTP 409 AlreadyExists answer to a create.
 fn is_already_exists(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
-}
-
-/// The wall clock as a core timestamp (microsecond precision, like `MicroTime`).
-fn wall_now() -> conclave_core::time::Timestamp {
-    conclave_core::k8s::timestamp(jiff::Timestamp::now())
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ async fn classic_acquires_a_missing_lease_and_releases_after_draining() {
             Transition::Leading { .. } => "leading",
             Transition::StoppedLeading { .. } => "stopped",
             Transition::Released { .. } => "released",
+            Transition::ReleaseFailed { .. } => "release-failed",
         })
         .collect();
     assert_eq!(

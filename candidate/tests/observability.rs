@@ -1,6 +1,6 @@
 //! What a component can log and alert on: transitions in order with the term's own work, a
-//! Lease no election controller acts on (reported once), and a failed release (a notice and a
-//! metric, not only a log line).
+//! Lease no election controller acts on (reported once), and a failed release (a transition in
+//! the term's order and a metric, not only a log line).
 
 mod common;
 
@@ -133,17 +133,20 @@ async fn a_lease_no_controller_acts_on_is_reported_once() {
 }
 
 #[tokio::test]
-async fn a_failed_release_is_a_notice_and_a_metric() {
+async fn a_failed_release_is_a_transition_and_a_metric() {
     let emulator = emulator().await;
     let admin = client(&emulator);
+    let hooked: Arc<Mutex<Vec<Transition>>> = Arc::default();
+    let hook = hooked.clone();
     let elector = Elector::coordinated(
         client(&emulator),
         lease_config("unreleased", "a"),
         candidate_config("1.31.0"),
     )
-    .unwrap();
+    .unwrap()
+    .on_transition(move |t| hook.lock().unwrap().push(t.clone()));
     let handle = elector.handle();
-    let mut notices = handle.notices();
+    let mut transitions = handle.transitions();
     let stop_work = Arc::new(Notify::new());
     let work = stop_work.clone();
     let a = Running::start(elector, move |term: Term| {
@@ -167,22 +170,47 @@ async fn a_failed_release_is_a_notice_and_a_metric() {
         .faults()
         .fail_next(Verb::Update, "leases", usize::MAX, Failure::InternalError);
     stop_work.notify_one();
-    let notice = tokio::time::timeout(WAIT, notices.recv())
-        .await
-        .expect("a notice")
-        .unwrap();
-    match &notice {
-        Notice::ReleaseFailed { term: 1, error, .. } => {
+    let failed = next_transition(&mut transitions, "the release fails", |t| {
+        matches!(t, Transition::ReleaseFailed { .. })
+    })
+    .await;
+    match &failed {
+        Transition::ReleaseFailed { term: 1, error, .. } => {
             assert!(
                 error.contains("could not release Lease default/unreleased"),
                 "{error}"
             );
         }
-        other => panic!("expected ReleaseFailed, got {other:?}"),
+        other => panic!("expected ReleaseFailed for term 1, got {other:?}"),
     }
+    let line = serde_json::to_value(&failed).unwrap();
+    assert_eq!(line["event"], "release-failed");
+    assert_eq!(line["term"], 1);
     let metrics = handle.metrics();
     assert_eq!(metrics.release_failures("default/unreleased", "a"), 1);
     assert!(metrics.api_errors("default/unreleased", "a", Operation::Release) >= 1);
     emulator.faults().clear();
     a.stop().await.unwrap();
+    // In the term's order, where `Released` would have been, and nothing was released.
+    let events: Vec<String> = hooked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            serde_json::to_value(t).unwrap()["event"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "following",
+            "leading",
+            "stopped-leading",
+            "release-failed",
+            "following"
+        ]
+    );
 }

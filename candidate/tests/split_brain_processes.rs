@@ -68,14 +68,14 @@ fn spawn_candidate(
             "--emulation-version",
             emulation,
         ])
-        .args(["--strategy", STRATEGY, "--work-ms", "20"])
+        .args(["--strategy", STRATEGY, "--work", "20ms"])
         .args([
-            "--lease-duration-seconds",
-            "3",
-            "--renew-deadline-ms",
-            "2000",
-            "--retry-period-ms",
-            "300",
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "300ms",
         ])
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
@@ -96,7 +96,11 @@ fn spawn_candidate(
                 serde_json::from_str(&line).expect("one JSON object per line");
             let event = value["event"].as_str().unwrap_or_default().to_owned();
             let term = value["term"].as_u64().unwrap_or_default();
-            let key = if event == "leading" { "observed" } else { "at" };
+            let key = if event == "leading" {
+                "observed_at"
+            } else {
+                "at"
+            };
             let at: jiff::Timestamp = value[key].as_str().unwrap().parse().unwrap();
             let reason = value["reason"].as_str().unwrap_or_default().to_owned();
             lines

@@ -19,7 +19,7 @@ repo=$(cd "$here/../.." && pwd)
 # needs the module graph and so the network when the module cache is empty): the up-to-date check
 # below must work offline.
 required_version() {
-    sed -nE "s#^(require)?[[:space:]]*$2[[:space:]]+(v[^[:space:]]+).*#\\2#p" "$1" | head -n 1
+    sed -nE "s#^(require)?[[:space:]]*$2[[:space:]]+(v[^[:space:]]+).*#\\2#p" "$1" | sed -n 1p
 }
 kube_version=$(required_version "$here/go.mod" k8s.io/kubernetes)
 etcd_version=$(required_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)
@@ -82,6 +82,8 @@ echo "build.sh: compiling kube-apiserver, kube-scheduler, kube-controller-manage
     k8s.io/kubernetes/cmd/kube-controller-manager)
 
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
+# `sed -n 1p`, not `head -1`: sed reads all of it, so etcd never dies of SIGPIPE (exit 141 under
+# pipefail) for writing after its reader quit.
+"$out/etcd" --version | sed -n 1p
 echo "$want" > "$stamp"
 echo "build.sh: elapsed $(( $(date +%s) - start ))s"

@@ -3,15 +3,19 @@
 //! prints one JSON line per transition on stdout (logs go to stderr). Tests, the demo and users
 //! smoke-testing a cluster run it.
 
+use crate::duration::parse as parse_duration;
 use anyhow::Context as _;
-use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, StopReason, Term, Transition};
-use serde_json::{Value, json};
+use conclave_candidate::{
+    CandidateConfig, Elector, LeaseConfig, Term, Transition, default_identity,
+};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Arguments of `conclave candidate`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::duration::HELP)]
 pub struct CandidateArgs {
     /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config or in-cluster).
     #[arg(long, env = "KUBECONFIG")]
@@ -22,9 +26,10 @@ pub struct CandidateArgs {
     /// Name of the Lease to lead.
     #[arg(long, env = "CONCLAVE_CANDIDATE_LEASE")]
     pub lease: String,
-    /// This instance's identity: LeaseCandidate name and holderIdentity when leading.
+    /// This instance's identity: LeaseCandidate name and holderIdentity when leading; default:
+    /// $POD_NAME, else the hostname plus a random suffix.
     #[arg(long, env = "CONCLAVE_CANDIDATE_IDENTITY")]
-    pub identity: String,
+    pub identity: Option<String>,
     /// `spec.binaryVersion` of the LeaseCandidate (e.g. 1.33.0).
     #[arg(long, env = "CONCLAVE_CANDIDATE_BINARY_VERSION")]
     pub binary_version: String,
@@ -40,39 +45,23 @@ pub struct CandidateArgs {
     pub strategy: String,
     /// Length of one unit of work done while leading; a unit in progress is finished after the
     /// term is cancelled, so draining takes up to this long.
-    #[arg(long, env = "CONCLAVE_CANDIDATE_WORK_MS", default_value_t = 100)]
-    pub work_ms: u64,
-    /// `leaseDurationSeconds` written on renewal.
-    #[arg(
-        long,
-        env = "CONCLAVE_CANDIDATE_LEASE_DURATION_SECONDS",
-        default_value_t = 15
-    )]
-    pub lease_duration_seconds: u64,
+    #[arg(long, env = "CONCLAVE_CANDIDATE_WORK", value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    pub work: Duration,
+    /// `leaseDurationSeconds` written on renewal (rounded up to whole seconds; at least 1s).
+    #[arg(long, env = "CONCLAVE_CANDIDATE_LEASE_DURATION", value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
     /// Stop leading after failing to renew for this long (must be below the lease duration).
-    #[arg(
-        long,
-        env = "CONCLAVE_CANDIDATE_RENEW_DEADLINE_MS",
-        default_value_t = 10_000
-    )]
-    pub renew_deadline_ms: u64,
-    /// Renewal and polling period.
-    #[arg(
-        long,
-        env = "CONCLAVE_CANDIDATE_RETRY_PERIOD_MS",
-        default_value_t = 2_000
-    )]
-    pub retry_period_ms: u64,
+    #[arg(long, env = "CONCLAVE_CANDIDATE_RENEW_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// Renewal and polling period (must be below the renew deadline).
+    #[arg(long, env = "CONCLAVE_CANDIDATE_RETRY_PERIOD", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
     /// How long the term's tasks may take to stop before they count as leaked.
-    #[arg(
-        long,
-        env = "CONCLAVE_CANDIDATE_DRAIN_TIMEOUT_MS",
-        default_value_t = 10_000
-    )]
-    pub drain_timeout_ms: u64,
-    /// KEP-4355 fallback: take a free Lease after this many seconds without a controller.
-    #[arg(long, env = "CONCLAVE_CANDIDATE_FALLBACK_AFTER_SECONDS")]
-    pub fallback_after_seconds: Option<u64>,
+    #[arg(long, env = "CONCLAVE_CANDIDATE_DRAIN_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// KEP-4355 fallback: take a free Lease after this long without a controller.
+    #[arg(long, env = "CONCLAVE_CANDIDATE_FALLBACK_AFTER", value_name = "DURATION", value_parser = parse_duration)]
+    pub fallback_after: Option<Duration>,
 }
 
 /// Runs the candidate until SIGTERM or Ctrl-C, then leaves the election gracefully.
@@ -90,28 +79,29 @@ async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
     let lease = LeaseConfig {
         namespace: args.namespace.clone(),
         name: args.lease.clone(),
-        identity: args.identity.clone(),
-        lease_duration: Duration::from_secs(args.lease_duration_seconds),
-        renew_deadline: Duration::from_millis(args.renew_deadline_ms),
-        retry_period: Duration::from_millis(args.retry_period_ms),
+        identity: args.identity.clone().unwrap_or_else(default_identity),
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
     };
+    tracing::info!(identity = %lease.identity, lease = %lease.key(), "taking part in the election");
     let candidate = CandidateConfig::new(
         args.binary_version.clone(),
         args.emulation_version.clone(),
         args.strategy.clone(),
     );
-    let mut elector = Elector::coordinated(client, lease, candidate)?
-        .with_drain_timeout(Duration::from_millis(args.drain_timeout_ms));
-    if let Some(after) = args.fallback_after_seconds {
-        elector = elector.with_fallback_after(Duration::from_secs(after));
+    let mut elector =
+        Elector::coordinated(client, lease, candidate)?.with_drain_timeout(args.drain_timeout);
+    if let Some(after) = args.fallback_after {
+        elector = elector.with_fallback_after(after);
     }
     let mut transitions = elector.handle().transitions();
     let printer = tokio::spawn(async move {
         while let Ok(transition) = transitions.recv().await {
-            println!("{}", transition_json(&transition));
+            println!("{}", transition_line(&transition));
         }
     });
-    let work = Duration::from_millis(args.work_ms);
+    let work = args.work;
     let result = elector
         .run(move |term: Term| lead(term, work), shutdown)
         .await;
@@ -134,42 +124,12 @@ async fn lead(term: Term, work: Duration) {
     });
 }
 
-fn rfc3339(at: conclave_core::time::Timestamp) -> String {
-    jiff::Timestamp::from_microsecond(at.as_micros())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-/// One JSON line per transition: `event`, `term`, `at` and details.
-fn transition_json(transition: &Transition) -> Value {
-    match transition {
-        Transition::Leading {
-            term,
-            at,
-            observed_at,
-        } => json!({
-            "event": "leading", "term": term, "at": rfc3339(*at), "observed": rfc3339(*observed_at),
-        }),
-        Transition::StoppedLeading {
-            term,
-            at,
-            reason,
-            leaked_tasks,
-        } => {
-            let mut line = json!({
-                "event": "stopped-leading", "term": term, "at": rfc3339(*at),
-                "reason": reason.label(), "leaked_tasks": leaked_tasks,
-            });
-            if let StopReason::Preempted { preferred_holder } = reason {
-                line["preferred_holder"] = json!(preferred_holder);
-            }
-            line
-        }
-        Transition::Released { term, at } => json!({
-            "event": "released", "term": term, "at": rfc3339(*at),
-        }),
-        Transition::Following { at } => json!({ "event": "following", "at": rfc3339(*at) }),
-    }
+/// One JSON line per transition: the library's serialized form (`event`, `term`, `at` and
+/// details, RFC 3339 times), so every kind of transition is printed as it is defined there.
+fn transition_line(transition: &Transition) -> String {
+    serde_json::to_string(transition).unwrap_or_else(|error| {
+        json!({ "event": "unprintable", "error": error.to_string() }).to_string()
+    })
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
@@ -191,15 +151,24 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     tracing::info!("shutting down: leaving the election");
     shutdown.cancel();
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conclave_core::time::Timestamp;
+    use clap::Parser as _;
+    use conclave_candidate::{StopReason, Timestamp};
+    use serde_json::Value;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CandidateArgs,
+    }
 
     #[test]
     fn transitions_print_as_one_json_object_each() {
         let at = Timestamp::from_secs(1_764_500_000);
-        let line = transition_json(&Transition::StoppedLeading {
+        let line = transition_line(&Transition::StoppedLeading {
             term: 3,
             at,
             reason: StopReason::Preempted {
@@ -207,16 +176,70 @@ mod tests {
             },
             leaked_tasks: 0,
         });
+        assert!(!line.contains('\n'), "{line}");
+        let line: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(line["event"], "stopped-leading");
         assert_eq!(line["term"], 3);
         assert_eq!(line["reason"], "preempted");
         assert_eq!(line["preferred_holder"], "b");
         assert_eq!(line["at"], "2025-11-30T10:53:20Z");
-        let line = transition_json(&Transition::Leading {
-            term: 1,
+        let line: Value = serde_json::from_str(&transition_line(&Transition::ReleaseFailed {
+            term: 3,
             at,
-            observed_at: at,
-        });
-        assert_eq!(line["event"], "leading");
+            error: "the API server said no".into(),
+        }))
+        .unwrap();
+        assert_eq!(line["event"], "release-failed");
+        assert_eq!(line["error"], "the API server said no");
+    }
+
+    #[test]
+    fn timers_are_durations_as_kube_users_write_them() {
+        let cli = Cli::try_parse_from([
+            "candidate",
+            "--lease",
+            "l",
+            "--binary-version",
+            "1.33.0",
+            "--work",
+            "20ms",
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "300ms",
+            "--drain-timeout",
+            "1m30s",
+            "--fallback-after",
+            "1.5s",
+        ])
+        .unwrap();
+        let args = cli.args;
+        assert_eq!(args.work, Duration::from_millis(20));
+        assert_eq!(args.lease_duration, Duration::from_secs(3));
+        assert_eq!(args.renew_deadline, Duration::from_secs(2));
+        assert_eq!(args.retry_period, Duration::from_millis(300));
+        assert_eq!(args.drain_timeout, Duration::from_secs(90));
+        assert_eq!(args.fallback_after, Some(Duration::from_millis(1500)));
+        assert_eq!(args.identity, None);
+        let defaults = Cli::try_parse_from(["candidate", "--lease", "l", "--binary-version", "1"])
+            .unwrap()
+            .args;
+        assert_eq!(defaults.work, Duration::from_millis(100));
+        assert_eq!(defaults.renew_deadline, Duration::from_secs(10));
+        assert_eq!(defaults.fallback_after, None);
+        assert!(
+            Cli::try_parse_from([
+                "candidate",
+                "--lease",
+                "l",
+                "--binary-version",
+                "1",
+                "--retry-period",
+                "2 seconds"
+            ])
+            .is_err()
+        );
     }
 }

@@ -11,23 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-fn default_identity() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "conclave".into());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{host}_{}_{nanos:08x}", std::process::id())
-}
-
 /// Arguments of `conclave run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -69,7 +52,8 @@ pub struct RunArgs {
     /// Namespace of the controller's own Lease `conclave-controller`.
     #[arg(long, env = "POD_NAMESPACE", default_value = "conclave-system")]
     pub controller_namespace: String,
-    /// This replica's identity; default: hostname, process id and a nonce.
+    /// This replica's identity; default: the hostname plus a random suffix (in a pod, POD_NAME
+    /// sets this flag).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// `leaseDurationSeconds` written into Leases Conclave assigns (upstream: 5). It only bounds
@@ -116,7 +100,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         candidate_gc_after: args.candidate_gc_after,
         lease_duration_seconds: args.lease_duration_seconds,
         mode: args.mode.into(),
-        identity: args.identity.unwrap_or_else(default_identity),
+        identity: args
+            .identity
+            .unwrap_or_else(conclave_candidate::default_identity),
         controller_namespace: args.controller_namespace,
         own_lease_duration: args.leader_lease_duration,
         own_renew_deadline: args.leader_renew_deadline,

@@ -6,7 +6,7 @@
 //!
 //! The rules, in the order an event meets them:
 //! - a relist (at start, or after a 410) enqueues its keys only once the store holds the relisted
-//!   objects ([`Relist`]), and every key the store held before it, so a Lease deleted while the
+//!   objects (`Relist`), and every key the store held before it, so a Lease deleted while the
 //!   watch was down is reconciled too;
 //! - a Lease event ends read-your-writes for that Lease ([`OwnWrites::observed`]), a relist for
 //!   every Lease;

@@ -37,7 +37,7 @@ pub mod reconcile;
 pub mod status;
 pub mod writer;
 
-pub use decide::{Decide, DecideError};
+pub use decide::{Decide, DecideError, DecideErrorKind};
 pub use key::{CandidateKey, LeaseKey};
 
 use cache::Caches;
@@ -240,7 +240,7 @@ impl Context {
             .await
             .unwrap_or_else(|join| {
                 Err(DecideError {
-                    kind: "panic",
+                    kind: DecideErrorKind::Panic,
                     message: format!("the strategy call did not complete: {join}"),
                 })
             });

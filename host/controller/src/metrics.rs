@@ -1,6 +1,7 @@
 //! The controller's Prometheus metrics (`/metrics`) and their label values, each an enum with a
 //! `label()` so a value is named once and a typo cannot make a new series.
 
+use crate::DecideErrorKind;
 use conclave_core::plan::WriteKind;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -108,6 +109,7 @@ impl WriteResult {
 }
 
 label_value!(WriteResult);
+label_value!(DecideErrorKind);
 
 /// Labels of an election outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -132,7 +134,7 @@ pub struct PluginErrorLabels {
     /// The strategy.
     pub strategy: String,
     /// [`DecideError::kind`](crate::DecideError::kind).
-    pub kind: String,
+    pub kind: DecideErrorKind,
 }
 
 /// Labels of an API write.
@@ -328,6 +330,13 @@ mod tests {
         metrics.write(Operation::LeaseCreate, WriteResult::Conflict);
         metrics.election("S", ElectionOutcome::Written(WriteKind::TakeOver));
         metrics.write_dropped(Operation::Ping);
+        metrics
+            .plugin_errors
+            .get_or_create(&PluginErrorLabels {
+                strategy: "S".into(),
+                kind: DecideErrorKind::LimitExceeded,
+            })
+            .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
@@ -342,6 +351,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"conclave_api_writes_dropped_total{operation="ping"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"conclave_plugin_errors_total{strategy="S",kind="limit_exceeded"} 1"#),
             "{text}"
         );
     }

@@ -138,10 +138,10 @@ async fn step(
                 .plugin_errors
                 .get_or_create(&PluginErrorLabels {
                     strategy: strategy.clone(),
-                    kind: error.kind.to_owned(),
+                    kind: error.kind,
                 })
                 .inc();
-            tracing::warn!(%strategy, kind = error.kind, %error, "plugin error; Lease left as it is");
+            tracing::warn!(%strategy, kind = error.kind.label(), %error, "plugin error; Lease left as it is");
             ctx.events
                 .publish(
                     lease_obj,

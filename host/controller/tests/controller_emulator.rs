@@ -498,7 +498,7 @@ impl conclave_controller::Decide for Failing {
         _request: &conclave_core::request::ElectionRequest,
     ) -> Result<Option<String>, conclave_controller::DecideError> {
         Err(conclave_controller::DecideError {
-            kind: "trap",
+            kind: conclave_controller::DecideErrorKind::Trap,
             message: format!("strategy {strategy:?} trapped: unreachable"),
         })
     }

@@ -144,6 +144,16 @@ pub enum What {
         /// The candidate.
         identity: String,
     },
+    /// A replica could not release the Lease after its term: the next leader waits for it to
+    /// expire.
+    ReleaseFailed {
+        /// The Lease.
+        lease: LeaseId,
+        /// The candidate.
+        identity: String,
+        /// Why, as the elector said it.
+        error: String,
+    },
 }
 
 /// One observation, with the wall-clock time it happened (or was observed).
@@ -253,6 +263,8 @@ pub struct Record {
     pub work: BTreeMap<String, (u64, u64)>,
     /// Two leaders of one Lease at once, as seen by the replicas' electors (must stay empty).
     pub overlaps: Vec<String>,
+    /// Releases that failed (the hand-off then waited for the Lease to expire).
+    pub release_failures: Vec<String>,
 }
 
 /// The receiving side: prints and measures until every sender is gone.
@@ -438,6 +450,17 @@ impl Journal {
                     pending.released = Some(at);
                 }
                 self.line(at, Some(lease), &format!("{identity} released the Lease"));
+            }
+            What::ReleaseFailed {
+                lease,
+                identity,
+                error,
+            } => {
+                let text = format!("{identity} could not release the Lease: {error}");
+                self.line(at, Some(lease), &text);
+                self.record
+                    .release_failures
+                    .push(format!("{}: {text}", lease.label()));
             }
         }
     }
@@ -668,6 +691,9 @@ pub fn summary(record: &Record, leases: &[LeaseId]) -> String {
             let _ = writeln!(out, "  TWO LEADERS: {overlap}");
         }
     }
+    for failure in &record.release_failures {
+        let _ = writeln!(out, "  release failed: {failure}");
+    }
     out
 }
 
@@ -835,6 +861,29 @@ mod tests {
         );
         feed(&mut j, 50, leading("b"));
         assert!(j.record.handoffs.is_empty());
+    }
+
+    #[test]
+    fn a_failed_release_is_recorded_and_summarized() {
+        let (mut j, _events, _rx) = journal(at(0), Box::new(std::io::sink()));
+        feed(&mut j, 0, leading("a"));
+        feed(
+            &mut j,
+            10,
+            What::ReleaseFailed {
+                lease: LeaseId::Main,
+                identity: "a".into(),
+                error: "the API server said no".into(),
+            },
+        );
+        assert_eq!(j.record.release_failures.len(), 1);
+        let failure = &j.record.release_failures[0];
+        assert!(
+            failure.contains("a could not release the Lease: the API server said no"),
+            "{failure}"
+        );
+        let summary = summary(&j.record, &[LeaseId::Main]);
+        assert!(summary.contains("  release failed: "), "{summary}");
     }
 
     #[test]

@@ -284,6 +284,14 @@ fn spawn_member(
                         identity: identity.clone(),
                     },
                 )),
+                Transition::ReleaseFailed { at, error, .. } => Some((
+                    at,
+                    What::ReleaseFailed {
+                        lease,
+                        identity: identity.clone(),
+                        error,
+                    },
+                )),
                 Transition::Following { .. } => None,
             };
             if let Some((at, what)) = what {
