@@ -36,6 +36,10 @@ for vectors in tests/vectors/*.json; do
   fi
   ./target/debug/conclave strategy test "$wasm" --vectors "$vectors"
 done
+# The built-in as built against conclave:strategy@0.1.0, before 0.2 existed: a 0.1 component still
+# loads and passes the same vectors.
+./target/debug/conclave strategy test host/engine/tests/fixtures/v0.1/oldest_emulation_version.wasm \
+  --vectors tests/vectors/oldest-emulation-version.json
 
 echo "== plugin workspace unit tests (native)"
 (cd strategies && cargo test)

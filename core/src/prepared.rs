@@ -8,7 +8,6 @@
 
 use crate::request::{CandidateView, ElectionRequest};
 use crate::version::Version;
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -72,57 +71,74 @@ impl core::fmt::Display for PrepareError {
 
 impl core::error::Error for PrepareError {}
 
-/// Distinct versions seen so far are looked up linearly up to this many (the usual case: a
-/// cluster runs two or three versions), through an ordered map past it.
+/// Distinct versions are collected by linear search up to this many (the usual case: a cluster
+/// runs two or three versions); past it, every version is sorted.
 const LINEAR_LOOKUP: usize = 16;
 
-/// Assigns each distinct version an id in first-seen order, then turns ids into dense orders.
-#[derive(Default)]
-struct VersionOrders {
-    distinct: Vec<Version>,
-    index: BTreeMap<Version, u32>,
+/// Bits of each of major, minor and patch in a [`packed`] key.
+const PACKED_BITS: u32 = 21;
+
+/// A plain release as one integer that orders like the version, or `None` for a pre-release or
+/// a number too large to pack.
+fn packed(version: &Version) -> Option<u64> {
+    let fits = |n: u64| n < 1 << PACKED_BITS;
+    (version.pre.is_empty() && fits(version.major) && fits(version.minor) && fits(version.patch))
+        .then_some(
+            (version.major << (2 * PACKED_BITS)) | (version.minor << PACKED_BITS) | version.patch,
+        )
 }
 
-impl VersionOrders {
-    fn id(&mut self, version: &Version) -> u32 {
-        if self.index.is_empty() {
-            if let Some(id) = self.distinct.iter().position(|seen| seen == version) {
-                return id as u32;
-            }
-            if self.distinct.len() < LINEAR_LOOKUP {
-                self.distinct.push(version.clone());
-                return (self.distinct.len() - 1) as u32;
-            }
-            for (id, seen) in self.distinct.iter().enumerate() {
-                self.index.insert(seen.clone(), id as u32);
-            }
-        }
-        if let Some(id) = self.index.get(version) {
-            return *id;
-        }
-        let id = self.distinct.len() as u32;
-        self.distinct.push(version.clone());
-        self.index.insert(version.clone(), id);
-        id
+/// The dense order of each of `versions` (`None` stays unused, as 0).
+fn orders(versions: &[Option<Version>]) -> Vec<u32> {
+    let keys: Option<Vec<Option<u64>>> = versions
+        .iter()
+        .map(|version| version.as_ref().map_or(Some(None), |v| packed(v).map(Some)))
+        .collect();
+    match keys {
+        Some(keys) => packed_orders(&keys),
+        None => general_orders(versions),
     }
+}
 
-    /// Dense order of every id.
-    fn orders(&self) -> Vec<u32> {
-        let mut by_version: Vec<u32> = (0..self.distinct.len() as u32).collect();
-        by_version
-            .sort_unstable_by(|a, b| self.distinct[*a as usize].cmp(&self.distinct[*b as usize]));
-        let mut orders = alloc::vec![0; self.distinct.len()];
-        let mut order = 0;
-        for (rank, id) in by_version.iter().enumerate() {
-            if rank > 0
-                && self.distinct[by_version[rank - 1] as usize] != self.distinct[*id as usize]
-            {
-                order += 1;
+/// Dense orders of packed keys: a small sorted set of the distinct ones, found by binary search.
+fn packed_orders(keys: &[Option<u64>]) -> Vec<u32> {
+    let mut distinct: Vec<u64> = Vec::with_capacity(LINEAR_LOOKUP);
+    for key in keys.iter().flatten() {
+        if !distinct.contains(key) {
+            if distinct.len() == LINEAR_LOOKUP {
+                distinct = keys.iter().flatten().copied().collect();
+                break;
             }
-            orders[*id as usize] = order;
+            distinct.push(*key);
         }
-        orders
     }
+    distinct.sort_unstable();
+    distinct.dedup();
+    keys.iter()
+        .map(|key| key.map_or(0, |key| distinct.partition_point(|d| *d < key) as u32))
+        .collect()
+}
+
+/// Dense orders by full semver comparison, for requests with pre-releases.
+fn general_orders(versions: &[Option<Version>]) -> Vec<u32> {
+    let mut slots: Vec<usize> = (0..versions.len())
+        .filter(|i| versions[*i].is_some())
+        .collect();
+    let version = |slot: usize| {
+        versions[slot]
+            .as_ref()
+            .expect("only parsed slots are sorted")
+    };
+    slots.sort_unstable_by(|a, b| version(*a).cmp(version(*b)));
+    let mut orders = alloc::vec![0; versions.len()];
+    let mut order = 0;
+    for (rank, slot) in slots.iter().enumerate() {
+        if rank > 0 && version(slots[rank - 1]) != version(*slot) {
+            order += 1;
+        }
+        orders[*slot] = order;
+    }
+    orders
 }
 
 fn parse(text: &str) -> Option<Version> {
@@ -149,37 +165,28 @@ impl<'a> PreparedRequest<'a> {
             }
         }
 
-        let mut orders = VersionOrders::default();
-        let mut parsed: Vec<(Option<(Version, u32)>, Option<(Version, u32)>)> =
-            Vec::with_capacity(count);
-        for view in &views {
-            let mut seen = |text: &str| {
-                parse(text).map(|version| {
-                    let id = orders.id(&version);
-                    (version, id)
-                })
-            };
-            let binary = seen(&view.binary_version);
-            let emulation = seen(&view.emulation_version);
-            parsed.push((binary, emulation));
-        }
-        let order_of = orders.orders();
-        let finish = |version: Option<(Version, u32)>| {
-            version.map(|(version, id)| ParsedVersion {
+        // Binary and emulation version of candidate `i` at `2 * i` and `2 * i + 1`.
+        let versions: Vec<Option<Version>> = views
+            .iter()
+            .flat_map(|view| [parse(&view.binary_version), parse(&view.emulation_version)])
+            .collect();
+        let order_of = orders(&versions);
+        let finish = |slot: usize| {
+            versions[slot].as_ref().map(|version| ParsedVersion {
                 major: version.major,
                 minor: version.minor,
                 patch: version.patch,
                 pre_release: !version.pre.is_empty(),
-                order: order_of[id as usize],
+                order: order_of[slot],
             })
         };
         let candidates: Vec<PreparedCandidate<'a>> = views
             .into_iter()
-            .zip(parsed)
-            .map(|(view, (binary, emulation))| PreparedCandidate {
+            .enumerate()
+            .map(|(i, view)| PreparedCandidate {
                 view,
-                binary_version: finish(binary),
-                emulation_version: finish(emulation),
+                binary_version: finish(2 * i),
+                emulation_version: finish(2 * i + 1),
             })
             .collect();
         let position = |name: Option<&str>| {
@@ -208,11 +215,11 @@ impl<'a> PreparedRequest<'a> {
 
 /// The `(key, value)` pairs of `pairs` (labels or annotations) a plugin reads: every one when
 /// `all`, else those under one of `keys`. In the order of `pairs`, which is by key.
-pub fn read_pairs<'a, K: AsRef<str>>(
+pub fn read_pairs<'a, 'k, K: AsRef<str>>(
     pairs: &'a [(String, String)],
     all: bool,
-    keys: &'a [K],
-) -> impl Iterator<Item = &'a (String, String)> + 'a {
+    keys: &'k [K],
+) -> impl Iterator<Item = &'a (String, String)> + use<'a, 'k, K> {
     pairs
         .iter()
         .filter(move |(key, _)| all || keys.iter().any(|wanted| wanted.as_ref() == key))

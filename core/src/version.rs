@@ -165,18 +165,32 @@ impl Version {
 /// parsers read the same way; `None` for anything else (including numbers past `u64`), which the
 /// caller then parses in full.
 fn plain_release(input: &str) -> Option<Version> {
-    let mut parts = input.split('.');
-    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
+    // One pass over the bytes: this runs for every version of every candidate of every election.
+    let mut parts = [0u64; 3];
+    let mut part = 0;
+    let mut digits = 0;
+    let mut leading_zero = false;
+    for byte in input.bytes() {
+        match byte {
+            b'0'..=b'9' => {
+                if leading_zero {
+                    return None;
+                }
+                leading_zero = digits == 0 && byte == b'0';
+                digits += 1;
+                parts[part] = parts[part]
+                    .checked_mul(10)?
+                    .checked_add(u64::from(byte - b'0'))?;
+            }
+            b'.' if digits > 0 && part < 2 => {
+                part += 1;
+                digits = 0;
+                leading_zero = false;
+            }
+            _ => return None,
+        }
     }
-    let number = |part: &str| -> Option<u64> {
-        let canonical = !part.is_empty()
-            && part.bytes().all(|b| b.is_ascii_digit())
-            && (part.len() == 1 || !part.starts_with('0'));
-        canonical.then(|| part.parse().ok()).flatten()
-    };
-    Some(Version::new(number(major)?, number(minor)?, number(patch)?))
+    (part == 2 && digits > 0).then(|| Version::new(parts[0], parts[1], parts[2]))
 }
 
 /// blang's leading-zero trimming for one dot-separated part of a tolerant version.

@@ -522,6 +522,8 @@ fn inspect(plugin: &str, args: &EngineArgs) -> anyhow::Result<ExitCode> {
     println!("strategies:  {}", info.strategies.join(", "));
     println!("description: {}", info.description);
     println!("version:     {}", info.version);
+    println!("contract:    conclave:strategy@{}", info.contract);
+    println!("reads:       {}", info.reads);
     println!(
         "imports:     {}",
         if info.imports.is_empty() {
@@ -602,27 +604,27 @@ fn bench_request(strategy: &str, n: usize) -> ElectionRequest {
     }
 }
 
-/// A native rule: a shipped plugin's own `Strategy::elect`, compiled into this binary.
+/// A native rule: a shipped plugin's own `Strategy::elect`, compiled into this binary, fed as the
+/// host feeds the component (candidates sorted, versions parsed, only the fields it reads).
 type NativeRule = fn(&ElectionRequest) -> Result<Option<String>, String>;
 
 /// The native build of the shipped plugin implementing `strategy`, if there is one. The plugin
 /// under test need not be the shipped build: a different answer fails the bench.
 fn native_rule(strategy: &str) -> Option<NativeRule> {
     use conclave_strategy::Strategy;
+    use conclave_strategy::native::elect_native;
+    use least_disruption::LeastDisruption;
+    use oldest_emulation_version::OldestEmulationVersion;
+    use priority::Priority;
+    use zone_affinity::ZoneAffinity;
     let shipped: [(&[&str], NativeRule); 4] = [
         (
-            oldest_emulation_version::OldestEmulationVersion::STRATEGIES,
-            oldest_emulation_version::OldestEmulationVersion::elect,
+            OldestEmulationVersion::STRATEGIES,
+            elect_native::<OldestEmulationVersion>,
         ),
-        (priority::Priority::STRATEGIES, priority::Priority::elect),
-        (
-            least_disruption::LeastDisruption::STRATEGIES,
-            least_disruption::LeastDisruption::elect,
-        ),
-        (
-            zone_affinity::ZoneAffinity::STRATEGIES,
-            zone_affinity::ZoneAffinity::elect,
-        ),
+        (Priority::STRATEGIES, elect_native::<Priority>),
+        (LeastDisruption::STRATEGIES, elect_native::<LeastDisruption>),
+        (ZoneAffinity::STRATEGIES, elect_native::<ZoneAffinity>),
     ];
     shipped
         .into_iter()

@@ -100,7 +100,9 @@ fn inspect_shows_names_imports_and_digest() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("imports:     conclave:strategy/log@0.1.0\n"),
+        stdout.contains("imports:     conclave:strategy/log@0.2.0\n")
+            && stdout.contains("contract:    conclave:strategy@0.2.0\n")
+            && stdout.contains("reads:       versions and times only\n"),
         "{stdout}"
     );
     assert!(

@@ -28,6 +28,8 @@ pub enum DecideErrorKind {
     Trap,
     /// The plugin could not be instantiated ([`CallError::Instantiate`]).
     Instantiate,
+    /// The request could not be handed to the plugin ([`CallError::InvalidRequest`]).
+    InvalidRequest,
     /// The plugin's `elect` returned an error ([`CallError::PluginError`]).
     PluginError,
     /// The plugin named someone who is not an eligible candidate ([`CallError::InvalidAnswer`]).
@@ -46,6 +48,7 @@ impl DecideErrorKind {
             Self::Memory => "memory",
             Self::Trap => "trap",
             Self::Instantiate => "instantiate",
+            Self::InvalidRequest => "invalid_request",
             Self::PluginError => "plugin_error",
             Self::InvalidAnswer => "invalid_answer",
             Self::Panic => "panic",
@@ -67,6 +70,7 @@ impl From<&CallError> for DecideErrorKind {
             CallError::Memory { .. } => Self::Memory,
             CallError::Trap { .. } => Self::Trap,
             CallError::Instantiate { .. } => Self::Instantiate,
+            CallError::InvalidRequest { .. } => Self::InvalidRequest,
             CallError::PluginError { .. } => Self::PluginError,
             CallError::InvalidAnswer { .. } => Self::InvalidAnswer,
         }
@@ -140,6 +144,10 @@ mod tests {
             CallError::Instantiate {
                 strategy: strategy(),
                 message: "no free slot".into(),
+            },
+            CallError::InvalidRequest {
+                strategy: strategy(),
+                reason: "candidate \"a\" is listed twice".into(),
             },
             CallError::PluginError {
                 strategy: strategy(),

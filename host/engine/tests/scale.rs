@@ -1,5 +1,6 @@
 //! Large elections through the built-in plugin under the engine's default limits (10 ms of CPU,
-//! 16 MiB): a DaemonSet electing one leader among its pods has this many candidates.
+//! 16 MiB): a DaemonSet electing one leader among its pods has this many candidates, and a large
+//! cluster ten times as many.
 
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
@@ -60,4 +61,9 @@ fn elect(size: usize) {
 #[test]
 fn a_thousand_candidates_are_decided_under_the_default_limits() {
     elect(1_000);
+}
+
+#[test]
+fn ten_thousand_candidates_are_decided_under_the_default_limits() {
+    elect(10_000);
 }

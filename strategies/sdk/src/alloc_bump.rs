@@ -59,8 +59,10 @@ impl BumpAllocator {
             // module declares: most elections then never grow memory, which would cost the host an
             // mprotect now and another when it resets the instance's slot.
             next = heap_base();
-            self.end
-                .store(core::arch::wasm32::memory_size::<0>() * PAGE, Ordering::Relaxed);
+            self.end.store(
+                core::arch::wasm32::memory_size::<0>() * PAGE,
+                Ordering::Relaxed,
+            );
         }
         let Some(start) = next.checked_next_multiple_of(align) else {
             return core::ptr::null_mut();
