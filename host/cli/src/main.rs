@@ -37,7 +37,7 @@ fn main() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Candidate(args) => conclave::candidate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Emulator(args) => conclave::emulator::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Run(args) => conclave::run::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => conclave::run::run(args),
         Command::Strategy(args) => conclave::strategy::run(args),
         Command::Demo(args) => conclave::demo::run(args),
         Command::Status(args) => conclave::status::run(args).map(|()| ExitCode::SUCCESS),

@@ -7,6 +7,7 @@ use conclave_controller::{self as controller, ControllerConfig};
 use conclave_engine::{Engine, EngineConfig, Limits, default_cache_dir};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -76,10 +77,10 @@ pub struct RunArgs {
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     super::init_logging("info", args.log_format);
     let runtime = super::runtime()?;
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(args)).map(|()| ExitCode::SUCCESS)
 }
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(EngineConfig {
