@@ -202,12 +202,90 @@ pub enum Coordination {
     },
 }
 
+/// An answer about the Lease that retrying cannot change until an operator acts: its namespace
+/// does not exist (404 to a create), or this identity may not read or write it (403). The
+/// elector keeps trying, since the fix can come while it runs, but reports it once as an `error`
+/// log line that says what to do, and [`ElectorHandle::is_ready`] stays false until a request
+/// of the same kind succeeds ([`ElectorHandle::blocked`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// The request that was refused.
+    pub operation: Operation,
+    /// The HTTP status code (403 or 404).
+    pub code: u16,
+    /// The API server's message.
+    pub message: String,
+}
+
+impl Blocked {
+    /// The refusal in `error`, if it is one only an operator can fix.
+    fn from_error(lease: &LeaseConfig, operation: Operation, error: &Error) -> Option<Self> {
+        let Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        } = error
+        else {
+            return None;
+        };
+        let blocking = status.code == 403 || (status.code == 404 && operation == Operation::Create);
+        blocking.then(|| Self {
+            namespace: lease.namespace.clone(),
+            name: lease.name.clone(),
+            operation,
+            code: status.code,
+            message: status.message.clone(),
+        })
+    }
+
+    /// Whether the namespace of the Lease is missing (rather than access to it refused).
+    #[must_use]
+    pub fn namespace_missing(&self) -> bool {
+        self.code == 404
+    }
+
+    /// What an operator does about it, as a sentence.
+    #[must_use]
+    pub fn remedy(&self) -> String {
+        if self.namespace_missing() {
+            format!(
+                "create namespace {:?} or use a namespace that exists",
+                self.namespace
+            )
+        } else {
+            format!(
+                "grant this identity get, list, watch, create and update on leases in namespace                  {:?} (a Role and RoleBinding)",
+                self.namespace
+            )
+        }
+    }
+}
+
+impl std::fmt::Display for Blocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot {} Lease {}/{}: {} (HTTP {}); {}",
+            self.operation.label(),
+            self.namespace,
+            self.name,
+            self.message,
+            self.code,
+            self.remedy()
+        )
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     state: watch::Sender<LeaderState>,
     leader: watch::Sender<Option<String>>,
     running: watch::Sender<bool>,
     coordination: watch::Sender<Coordination>,
+    blocked: watch::Sender<Option<Blocked>>,
     transitions: broadcast::Sender<Transition>,
     notices: broadcast::Sender<Notice>,
 }
@@ -253,19 +331,27 @@ impl ElectorHandle {
         self.shared.coordination.subscribe()
     }
 
+    /// The Lease's [`Blocked`] answer while one stands (`None`: none), as a watch channel.
+    #[must_use]
+    pub fn blocked(&self) -> watch::Receiver<Option<Blocked>> {
+        self.shared.blocked.subscribe()
+    }
+
     /// Whether this instance currently leads a term (draining counts as not leading).
     #[must_use]
     pub fn is_leading(&self) -> bool {
         matches!(*self.shared.state.borrow(), LeaderState::Leading { .. })
     }
 
-    /// Readiness: the elector runs and has read the Lease, and (coordinated mode) the
-    /// LeaseCandidate is registered. A follower is ready: following is a healthy state, and so
+    /// Readiness: the elector runs and has read the Lease, no [`Blocked`] answer stands, and
+    /// (coordinated mode) the LeaseCandidate is registered. A follower is ready: following is a
+    /// healthy state, and so
     /// is an unattended Lease ([`ElectorHandle::coordination`]) for this process, whose
     /// caches and read paths keep working; report that one through the metric instead.
     #[must_use]
     pub fn is_ready(&self) -> bool {
         *self.shared.running.borrow()
+            && self.shared.blocked.borrow().is_none()
             && self
                 .candidate
                 .as_ref()
@@ -368,6 +454,7 @@ impl Elector {
                 leader: watch::channel(None).0,
                 running: watch::channel(false).0,
                 coordination: watch::channel(coordination).0,
+                blocked: watch::channel(None).0,
                 transitions: broadcast::channel(TRANSITION_BUFFER).0,
                 notices: broadcast::channel(TRANSITION_BUFFER).0,
             }),
@@ -673,6 +760,42 @@ impl Runner {
             .api_error(&self.config().key(), self.identity(), operation);
     }
 
+    /// A follower's request failed: counted, and logged as a `warn`, or, when only an operator
+    /// can fix it, published as [`Blocked`] and logged once as an `error` with the remedy.
+    fn follower_error(&self, operation: Operation, error: &Error, what: &'static str) {
+        self.api_error(operation);
+        let Some(blocked) = Blocked::from_error(self.config(), operation, error) else {
+            tracing::warn!(lease = %self.config().key(), %error, "{what} failed");
+            return;
+        };
+        self.shared.blocked.send_if_modified(|current| {
+            if current.as_ref() == Some(&blocked) {
+                return false;
+            }
+            tracing::error!(
+                lease = %self.config().key(),
+                operation = operation.label(),
+                code = blocked.code,
+                "{blocked}; retrying every {:?} until then",
+                self.config().retry_period
+            );
+            *current = Some(blocked);
+            true
+        });
+    }
+
+    /// A follower's request succeeded: a [`Blocked`] answer to one of `resolved` no longer stands.
+    fn unblock(&self, resolved: &[Operation]) {
+        self.shared.blocked.send_if_modified(|current| {
+            let Some(blocked) = current.as_ref().filter(|b| resolved.contains(&b.operation)) else {
+                return false;
+            };
+            tracing::info!(lease = %self.config().key(), operation = blocked.operation.label(), "the Lease is accessible again");
+            *current = None;
+            true
+        });
+    }
+
     /// Coordinated mode: records whether the Lease has a holder now, and reports a change of
     /// [`Coordination`] once (state, metric, log, notice).
     fn attend(&mut self, has_holder: bool, now: Instant) {
@@ -748,8 +871,7 @@ impl Runner {
             let lease = match tokio::time::timeout(deadline, self.lock.get()).await {
                 Ok(Ok(lease)) => lease,
                 Ok(Err(error)) => {
-                    tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed");
-                    self.api_error(Operation::Read);
+                    self.follower_error(Operation::Read, &error, "reading the Lease");
                     self.pause().await;
                     continue;
                 }
@@ -760,6 +882,12 @@ impl Runner {
                 }
             };
             self.shared.running.send_replace(true);
+            // A Lease that exists shows its namespace does too.
+            if lease.is_some() {
+                self.unblock(&[Operation::Read, Operation::Create]);
+            } else {
+                self.unblock(&[Operation::Read]);
+            }
             let now = Instant::now();
             self.observed.observe(lease.as_ref(), now);
             let has_holder = lease.as_ref().is_some_and(|lease| {
@@ -843,15 +971,19 @@ impl Runner {
         )
         .await
         {
-            Ok(Ok(Write::Done(lease))) => Some(Attempt::Won(Won {
-                lease,
-                observed_at,
-                renewed_at: sent,
-            })),
-            Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
+            Ok(Ok(write)) => {
+                self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
+                match write {
+                    Write::Done(lease) => Some(Attempt::Won(Won {
+                        lease,
+                        observed_at,
+                        renewed_at: sent,
+                    })),
+                    Write::Conflict => Some(Attempt::Retry),
+                }
+            }
             Ok(Err(error)) => {
-                tracing::warn!(lease = %self.config().key(), %error, "writing the Lease failed");
-                self.api_error(Operation::Write);
+                self.follower_error(Operation::Write, &error, "writing the Lease");
                 None
             }
             Err(_) => {
@@ -867,15 +999,19 @@ impl Runner {
         let sent = Instant::now();
         let create = self.lock.create(self.strategy.clone(), observed_at);
         match tokio::time::timeout(self.config().renew_deadline, create).await {
-            Ok(Ok(Write::Done(lease))) => Some(Attempt::Won(Won {
-                lease,
-                observed_at,
-                renewed_at: sent,
-            })),
-            Ok(Ok(Write::Conflict)) => Some(Attempt::Retry),
+            Ok(Ok(write)) => {
+                self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
+                match write {
+                    Write::Done(lease) => Some(Attempt::Won(Won {
+                        lease,
+                        observed_at,
+                        renewed_at: sent,
+                    })),
+                    Write::Conflict => Some(Attempt::Retry),
+                }
+            }
             Ok(Err(error)) => {
-                tracing::warn!(lease = %self.config().key(), %error, "creating the Lease failed");
-                self.api_error(Operation::Create);
+                self.follower_error(Operation::Create, &error, "creating the Lease");
                 None
             }
             Err(_) => {

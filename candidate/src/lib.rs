@@ -124,7 +124,7 @@ pub use config::{
     LeaseConfig,
 };
 pub use elector::{
-    Coordination, Elector, ElectorHandle, LeaderState, Notice, StopReason, Transition,
+    Blocked, Coordination, Elector, ElectorHandle, LeaderState, Notice, StopReason, Transition,
 };
 pub use identity::{
     POD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE_FILE, default_identity, service_account_namespace,

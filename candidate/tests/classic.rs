@@ -220,3 +220,56 @@ async fn a_write_by_someone_else_ends_the_term_at_once_without_release() {
     );
     a.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_missing_namespace_blocks_readiness_with_the_remedy_until_it_exists() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let elector = Elector::classic(client.clone(), lease_config_in("absent", "own", "a")).unwrap();
+    let handle = elector.handle();
+    let mut blocked = handle.blocked();
+    let running = Running::start(elector, |_term: Term| async {});
+
+    let seen = tokio::time::timeout(WAIT, blocked.wait_for(Option::is_some))
+        .await
+        .expect("the refused create is reported")
+        .expect("elector alive")
+        .clone()
+        .expect("blocked");
+    assert!(seen.namespace_missing(), "{seen}");
+    assert_eq!(seen.namespace, "absent");
+    assert_eq!(seen.operation, conclave_candidate::Operation::Create);
+    let text = seen.to_string();
+    assert!(
+        text.starts_with("cannot create Lease absent/own: ")
+            && text.contains("HTTP 404")
+            && text.ends_with("create namespace \"absent\" or use a namespace that exists"),
+        "{text}"
+    );
+    assert!(!running.handle.is_ready(), "not ready while blocked");
+    assert_eq!(
+        *running.handle.leader_state().borrow(),
+        LeaderState::Following
+    );
+
+    // The operator creates the namespace: the elector takes the Lease, and is ready.
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("absent".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    kube::Api::<Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+        .expect("namespace created");
+    wait_state(&running.handle, "a leads", |s| {
+        s == LeaderState::Leading { term: 1 }
+    })
+    .await;
+    assert!(handle.blocked().borrow().is_none());
+    assert!(running.handle.is_ready());
+    running.stop().await.unwrap();
+}
