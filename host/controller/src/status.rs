@@ -12,6 +12,10 @@
 //! schedule and answers pings is healthy, even when it renewed longer ago than the ack window
 //! ("stale" only means the controller will ping it before its next election); one that failed its
 //! last ping says when, and when garbage collection deletes it unless it renews.
+//!
+//! [`render`] lays the statuses out as a table (one Lease row, its candidates beneath it),
+//! [`render_wide`] with more columns, and [`document`] as a [`StatusList`], the stable shape of
+//! `-o json` and `-o yaml`.
 
 use crate::Decide;
 use conclave_core::k8s::{candidate_view, lease_record, validate_lease_candidate};
@@ -84,6 +88,20 @@ impl Health {
         }
     }
 
+    /// The `state` of a [`CandidateReport`]: [`label`](Self::label) with `healthy` told apart
+    /// as `fresh` and `stale`.
+    #[must_use]
+    pub const fn state(&self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Stale => "stale",
+            Self::Pinged { .. } => "pinged",
+            Self::FailedPing { .. } => "failed-ping",
+            Self::Expired => "expired",
+            Self::Invalid(_) => "invalid",
+        }
+    }
+
     /// Whether the candidate renews and answers pings.
     #[must_use]
     pub const fn is_healthy(&self) -> bool {
@@ -132,6 +150,9 @@ pub struct CandidateStatus {
     pub view: CandidateView,
     /// Its standing now.
     pub health: Health,
+    /// When garbage collection deletes it unless it renews: its last renewal plus the candidate
+    /// expiry (`None` if it never renewed).
+    pub collected_at: Option<Timestamp>,
 }
 
 /// How a Lease's strategy was determined.
@@ -333,7 +354,12 @@ fn candidate_statuses(
                     },
                 }
             };
-            CandidateStatus { view, health }
+            let collected_at = candidate_expires_at(&view, options.candidate_gc_after);
+            CandidateStatus {
+                view,
+                health,
+                collected_at,
+            }
         })
         .collect();
     candidates.sort_by(|a, b| a.view.name.cmp(&b.view.name));
@@ -479,18 +505,39 @@ pub fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     }
 }
 
+/// What electing `name` would do to the Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect<'a> {
+    /// It holds the Lease already.
+    Holds,
+    /// It would replace this live holder (through `preferredHolder`).
+    Preempts(&'a str),
+    /// The Lease is free: it would be written as the holder.
+    Assigned,
+}
+
+fn effect<'a>(status: &'a LeaseStatus, name: &str, now: Timestamp) -> Effect<'a> {
+    let holder = status.holder();
+    let live = status.record.as_ref().is_some_and(|r| !r.is_free(now));
+    if holder == Some(name) {
+        Effect::Holds
+    } else if live {
+        Effect::Preempts(holder.unwrap_or_default())
+    } else {
+        Effect::Assigned
+    }
+}
+
 fn pick_text(status: &LeaseStatus, now: Timestamp) -> String {
     match &status.pick {
         Pick::Candidate { name, needs_ping } => {
             let mut text = name.clone();
-            let holder = status.holder();
-            let live = status.record.as_ref().is_some_and(|r| !r.is_free(now));
-            if holder == Some(name.as_str()) {
-                text.push_str(" (holds it)");
-            } else if live {
-                let _ = write!(text, " (would pre-empt {})", holder.unwrap_or_default());
-            } else {
-                text.push_str(" (would be assigned)");
+            match effect(status, name, now) {
+                Effect::Holds => text.push_str(" (holds it)"),
+                Effect::Preempts(holder) => {
+                    let _ = write!(text, " (would pre-empt {holder})");
+                }
+                Effect::Assigned => text.push_str(" (would be assigned)"),
             }
             if *needs_ping {
                 text.push_str(", after a ping");
@@ -508,6 +555,18 @@ fn pick_text(status: &LeaseStatus, now: Timestamp) -> String {
 /// Renders the statuses as text: one row per Lease, its candidates indented beneath it.
 #[must_use]
 pub fn render(statuses: &[LeaseStatus], now: Timestamp) -> String {
+    render_table(statuses, now, false)
+}
+
+/// [`render`] with more columns (`-o wide`): the Lease's duration, when its holder acquired it
+/// and how many times it changed hands; each candidate's age and when garbage collection deletes
+/// it unless it renews.
+#[must_use]
+pub fn render_wide(statuses: &[LeaseStatus], now: Timestamp) -> String {
+    render_table(statuses, now, true)
+}
+
+fn render_table(statuses: &[LeaseStatus], now: Timestamp, wide: bool) -> String {
     let mut out = String::new();
     if statuses.is_empty() {
         out.push_str(
@@ -536,52 +595,65 @@ pub fn render(statuses: &[LeaseStatus], now: Timestamp) -> String {
                 text
             }
         };
-        let rows = vec![
-            vec![
-                "LEASE".into(),
-                "STRATEGY".into(),
-                "HOLDER".into(),
-                "PREFERRED".into(),
-                "RENEWED".into(),
-                "WOULD PICK NOW".into(),
-            ],
-            vec![
-                format!("{}/{}", status.namespace, status.name),
-                strategy,
-                record
-                    .and_then(LeaseRecord::holder)
-                    .unwrap_or("-")
-                    .to_owned(),
-                record
-                    .and_then(LeaseRecord::preferred)
-                    .unwrap_or("-")
-                    .to_owned(),
-                renewed,
-                pick_text(status, now),
-            ],
+        let mut header: Vec<String> = ["LEASE", "STRATEGY", "HOLDER", "PREFERRED", "RENEWED"]
+            .map(String::from)
+            .into();
+        let mut row = vec![
+            format!("{}/{}", status.namespace, status.name),
+            strategy,
+            record
+                .and_then(LeaseRecord::holder)
+                .unwrap_or("-")
+                .to_owned(),
+            record
+                .and_then(LeaseRecord::preferred)
+                .unwrap_or("-")
+                .to_owned(),
+            renewed,
         ];
-        table(&mut out, "", &rows);
+        if wide {
+            header.extend(["DURATION", "ACQUIRED", "TRANSITIONS"].map(String::from));
+            row.extend([
+                record
+                    .and_then(|r| r.lease_duration_seconds)
+                    .map_or_else(|| "-".into(), |s| format!("{s}s")),
+                ago(record.and_then(|r| r.acquire_time), now),
+                record
+                    .and_then(|r| r.lease_transitions)
+                    .map_or_else(|| "-".into(), |n| n.to_string()),
+            ]);
+        }
+        // The verdict stays last: it is the longest cell.
+        header.push("WOULD PICK NOW".into());
+        row.push(pick_text(status, now));
+        table(&mut out, "", &[header, row]);
         if status.candidates.is_empty() {
             out.push_str("    (no candidates)\n");
             continue;
         }
-        let mut rows = vec![vec![
-            "CANDIDATE".into(),
-            "BINARY".into(),
-            "EMULATION".into(),
-            "STRATEGY".into(),
-            "RENEWED".into(),
-            "PINGED".into(),
-            "STATE".into(),
-            "NOTE".into(),
-        ]];
+        let mut header: Vec<String> = [
+            "CANDIDATE",
+            "BINARY",
+            "EMULATION",
+            "STRATEGY",
+            "RENEWED",
+            "PINGED",
+            "STATE",
+        ]
+        .map(String::from)
+        .into();
+        if wide {
+            header.extend(["AGE", "COLLECTED"].map(String::from));
+        }
+        header.push("NOTE".into());
+        let mut rows = vec![header];
         for candidate in &status.candidates {
             let view = &candidate.view;
             let mut name = view.name.clone();
             if status.holder() == Some(view.name.as_str()) {
                 name.push_str(" *");
             }
-            rows.push(vec![
+            let mut row = vec![
                 name,
                 view.binary_version.clone(),
                 if view.emulation_version.is_empty() {
@@ -593,8 +665,18 @@ pub fn render(statuses: &[LeaseStatus], now: Timestamp) -> String {
                 ago(view.renew_time, now),
                 ago(view.ping_time, now),
                 candidate.health.label().into(),
-                candidate.health.note(now),
-            ]);
+            ];
+            if wide {
+                let age = view.creation_time.map(|at| span(at.elapsed_at(now)));
+                row.push(age.unwrap_or_else(|| "-".into()));
+                row.push(match (&candidate.health, candidate.collected_at) {
+                    (Health::Invalid(_), _) => "-".into(),
+                    (_, None) => "now".into(),
+                    (_, Some(at)) => until(at, now),
+                });
+            }
+            row.push(candidate.health.note(now));
+            rows.push(row);
         }
         table(&mut out, "    ", &rows);
         if let StrategySource::Conflict(conflict) = &status.strategy {
@@ -602,6 +684,220 @@ pub fn render(statuses: &[LeaseStatus], now: Timestamp) -> String {
         }
     }
     out
+}
+
+/// `apiVersion` of [`StatusList`]: the version of the output schema, not a resource the
+/// cluster serves. A field is only ever added within one version.
+pub const STATUS_LIST_API_VERSION: &str = "conclave.dev/v1alpha1";
+
+/// `kind` of [`StatusList`].
+pub const STATUS_LIST_KIND: &str = "LeaseStatusList";
+
+/// The machine-readable form of the statuses (`conclave status -o json|yaml`). Every field is
+/// always present (`null` when it has no value), times are RFC 3339 in UTC, and names are
+/// camelCase as in Kubernetes objects.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusList {
+    /// [`STATUS_LIST_API_VERSION`].
+    pub api_version: &'static str,
+    /// [`STATUS_LIST_KIND`].
+    pub kind: &'static str,
+    /// When the prediction was made: the `now` the freshness and the pick were judged at.
+    pub observed_at: Option<String>,
+    /// One per Lease under coordination, sorted by namespace and name.
+    pub items: Vec<LeaseReport>,
+}
+
+/// One Lease in a [`StatusList`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseReport {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Whether the Lease object exists (candidates can exist before the first election).
+    pub lease_exists: bool,
+    /// The strategy the election uses; `null` on a conflict or with neither a strategy nor
+    /// candidates.
+    pub strategy: Option<String>,
+    /// Where the strategy comes from: `lease` (`spec.strategy`), `candidates` (those at the
+    /// highest binary version), `conflict` (they disagree) or `none`.
+    pub strategy_source: &'static str,
+    /// `spec.holderIdentity`.
+    pub holder: Option<String>,
+    /// `spec.preferredHolder`.
+    pub preferred_holder: Option<String>,
+    /// `spec.renewTime`.
+    pub renew_time: Option<String>,
+    /// `spec.acquireTime`.
+    pub acquire_time: Option<String>,
+    /// `spec.leaseDurationSeconds`.
+    pub lease_duration_seconds: Option<i32>,
+    /// `spec.leaseTransitions`.
+    pub lease_transitions: Option<i32>,
+    /// Whether the holder stopped renewing for longer than the lease duration.
+    pub expired: bool,
+    /// Whom the election would pick now.
+    pub prediction: PredictionReport,
+    /// The candidates, sorted by name.
+    pub candidates: Vec<CandidateReport>,
+}
+
+/// Whom a Lease's election would pick now, in a [`LeaseReport`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PredictionReport {
+    /// `holds` (the winner holds the Lease already), `preempt` (it would replace the live
+    /// holder), `assign` (the Lease is free), or, with no winner: `nobody` (the strategy elects
+    /// no one), `no-candidates`, `all-unresponsive`, `not-handled` (left to kube-apiserver's
+    /// built-in controller by `--mode`), `unavailable` (conflict, unknown strategy, plugin error).
+    pub outcome: &'static str,
+    /// The candidate the election picks.
+    pub winner: Option<String>,
+    /// Whether the controller pings the candidates before writing.
+    pub after_ping: bool,
+    /// Why, in words (the table's WOULD PICK NOW column without the winner's name).
+    pub why: String,
+}
+
+/// One candidate in a [`LeaseReport`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateReport {
+    /// The LeaseCandidate's name, the identity written into `holderIdentity`.
+    pub name: String,
+    /// Whether it holds the Lease.
+    pub holder: bool,
+    /// `spec.binaryVersion`.
+    pub binary_version: String,
+    /// `spec.emulationVersion`.
+    pub emulation_version: Option<String>,
+    /// `spec.strategy`.
+    pub strategy: String,
+    /// `metadata.creationTimestamp`.
+    pub creation_time: Option<String>,
+    /// `spec.renewTime`.
+    pub renew_time: Option<String>,
+    /// `spec.pingTime`.
+    pub ping_time: Option<String>,
+    /// `fresh` (renewed within the ack window), `stale` (healthy, pinged before its next
+    /// election), `pinged` (awaiting its answer), `failed-ping`, `expired` or `invalid`.
+    pub state: &'static str,
+    /// Whether it renews and answers pings (`fresh` or `stale`; the table's `healthy`).
+    pub healthy: bool,
+    /// What the state means now (the table's NOTE), `null` when there is nothing to say.
+    pub note: Option<String>,
+    /// When garbage collection deletes it unless it renews.
+    pub collected_at: Option<String>,
+}
+
+/// RFC 3339 in UTC, as Kubernetes writes times.
+fn rfc3339(at: Timestamp) -> Option<String> {
+    jiff::Timestamp::from_microsecond(at.as_micros())
+        .ok()
+        .map(|t| t.to_string())
+}
+
+fn prediction(status: &LeaseStatus, now: Timestamp) -> PredictionReport {
+    let (outcome, why): (&'static str, String) = match &status.pick {
+        Pick::Candidate { name, needs_ping } => {
+            let (outcome, mut why) = match effect(status, name, now) {
+                Effect::Holds => ("holds", "holds it".to_owned()),
+                Effect::Preempts(holder) => ("preempt", format!("would pre-empt {holder}")),
+                Effect::Assigned => ("assign", "would be assigned".to_owned()),
+            };
+            if *needs_ping {
+                why.push_str(", after a ping");
+            }
+            (outcome, why)
+        }
+        Pick::Nobody => ("nobody", "the strategy elects no one".into()),
+        Pick::NoCandidates => ("no-candidates", "no live candidates".into()),
+        Pick::AllUnresponsive => (
+            "all-unresponsive",
+            "every candidate failed its last ping".into(),
+        ),
+        Pick::NotHandled => (
+            "not-handled",
+            "left to kube-apiserver's built-in controller (--mode)".into(),
+        ),
+        Pick::Unavailable(why) => ("unavailable", why.clone()),
+    };
+    PredictionReport {
+        outcome,
+        winner: status.picked().map(str::to_owned),
+        after_ping: matches!(
+            status.pick,
+            Pick::Candidate {
+                needs_ping: true,
+                ..
+            }
+        ),
+        why,
+    }
+}
+
+/// The statuses as a [`StatusList`], judged at `now`.
+#[must_use]
+pub fn document(statuses: &[LeaseStatus], now: Timestamp) -> StatusList {
+    let items = statuses
+        .iter()
+        .map(|status| {
+            let record = status.record.as_ref();
+            let time = |at: Option<Timestamp>| at.and_then(rfc3339);
+            LeaseReport {
+                namespace: status.namespace.clone(),
+                name: status.name.clone(),
+                lease_exists: record.is_some(),
+                strategy: status.strategy.name().map(str::to_owned),
+                strategy_source: match status.strategy {
+                    StrategySource::Lease(_) => "lease",
+                    StrategySource::Candidates(_) => "candidates",
+                    StrategySource::Conflict(_) => "conflict",
+                    StrategySource::None => "none",
+                },
+                holder: status.holder().map(str::to_owned),
+                preferred_holder: record.and_then(LeaseRecord::preferred).map(str::to_owned),
+                renew_time: time(record.and_then(|r| r.renew_time)),
+                acquire_time: time(record.and_then(|r| r.acquire_time)),
+                lease_duration_seconds: record.and_then(|r| r.lease_duration_seconds),
+                lease_transitions: record.and_then(|r| r.lease_transitions),
+                expired: record.is_some_and(|r| r.holder().is_some() && r.is_expired(now)),
+                prediction: prediction(status, now),
+                candidates: status
+                    .candidates
+                    .iter()
+                    .map(|candidate| {
+                        let view = &candidate.view;
+                        let note = candidate.health.note(now);
+                        CandidateReport {
+                            name: view.name.clone(),
+                            holder: status.holder() == Some(view.name.as_str()),
+                            binary_version: view.binary_version.clone(),
+                            emulation_version: Some(view.emulation_version.clone())
+                                .filter(|v| !v.is_empty()),
+                            strategy: view.strategy.clone(),
+                            creation_time: time(view.creation_time),
+                            renew_time: time(view.renew_time),
+                            ping_time: time(view.ping_time),
+                            state: candidate.health.state(),
+                            healthy: candidate.health.is_healthy(),
+                            note: (!note.is_empty()).then_some(note),
+                            collected_at: time(candidate.collected_at),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    StatusList {
+        api_version: STATUS_LIST_API_VERSION,
+        kind: STATUS_LIST_KIND,
+        observed_at: rfc3339(now),
+        items,
+    }
 }
 
 fn scopes(namespaces: &[String]) -> Vec<Option<&str>> {
@@ -899,6 +1195,200 @@ mod tests {
         let text = render(&statuses, now);
         assert!(text.contains("ns/held"), "{text}");
         assert!(text.contains("b *"), "the holder is marked: {text}");
+    }
+
+    #[test]
+    fn the_document_has_a_stable_shape() {
+        let engine = Engine::new(EngineConfig::default()).expect("built-in plugins load");
+        const OEV: &str = "OldestEmulationVersion";
+        let leases = [lease("held", Some("b"), None)];
+        let candidates = [
+            candidate("a", "held", ("1.31.0", "1.30.0"), OEV, 60, None),
+            candidate("b", "held", ("1.31.0", "1.31.0"), OEV, 1, None),
+            candidate("c", "held", ("1.29.0", "1.30.0"), OEV, 1, None),
+            candidate("e", "conflict", ("1.31.0", "1.31.0"), OEV, 1, None),
+            candidate(
+                "f",
+                "conflict",
+                ("1.31.0", "1.31.0"),
+                "example.com/x",
+                1,
+                None,
+            ),
+        ];
+        let now = now();
+        let statuses = collect(
+            &leases,
+            &candidates,
+            &engine,
+            now,
+            PredictOptions::default(),
+        );
+        let value = serde_json::to_value(document(&statuses, now)).expect("serializes");
+        assert_eq!(value["apiVersion"], STATUS_LIST_API_VERSION);
+        assert_eq!(value["kind"], STATUS_LIST_KIND);
+        assert!(
+            value["observedAt"]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z'))
+        );
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            let mut keys: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let conflict = &value["items"][0];
+        assert_eq!(
+            keys(conflict),
+            [
+                "acquireTime",
+                "candidates",
+                "expired",
+                "holder",
+                "leaseDurationSeconds",
+                "leaseExists",
+                "leaseTransitions",
+                "name",
+                "namespace",
+                "prediction",
+                "preferredHolder",
+                "renewTime",
+                "strategy",
+                "strategySource",
+            ],
+            "every field is always present, null or not: {conflict}"
+        );
+        assert_eq!(conflict["leaseExists"], false);
+        assert_eq!(conflict["strategy"], serde_json::Value::Null);
+        assert_eq!(conflict["strategySource"], "conflict");
+        assert_eq!(conflict["prediction"]["outcome"], "unavailable");
+        assert!(
+            conflict["prediction"]["why"]
+                .as_str()
+                .is_some_and(|why| why.contains("example.com/x")),
+            "{conflict}"
+        );
+
+        let held = &value["items"][1];
+        assert_eq!(held["namespace"], "ns");
+        assert_eq!(held["name"], "held");
+        assert_eq!(held["strategy"], OEV);
+        assert_eq!(held["strategySource"], "candidates");
+        assert_eq!(held["holder"], "b");
+        assert_eq!(held["leaseDurationSeconds"], 15);
+        assert_eq!(held["expired"], false);
+        assert_eq!(
+            held["prediction"],
+            serde_json::json!({
+                "outcome": "preempt",
+                "winner": "a",
+                "afterPing": true,
+                "why": "would pre-empt b, after a ping",
+            }),
+            "a renewed a minute ago, so the controller pings it before writing"
+        );
+        let candidates = held["candidates"].as_array().expect("a list");
+        assert_eq!(
+            keys(&candidates[0]),
+            [
+                "binaryVersion",
+                "collectedAt",
+                "creationTime",
+                "emulationVersion",
+                "healthy",
+                "holder",
+                "name",
+                "note",
+                "pingTime",
+                "renewTime",
+                "state",
+                "strategy",
+            ]
+        );
+        let field = |i: usize, key: &str| candidates[i][key].clone();
+        assert_eq!(field(0, "state"), "stale");
+        assert_eq!(field(0, "healthy"), true);
+        assert_eq!(field(0, "holder"), false);
+        assert_eq!(field(0, "emulationVersion"), "1.30.0");
+        assert_eq!(field(1, "state"), "fresh");
+        assert_eq!(field(1, "note"), serde_json::Value::Null);
+        assert_eq!(field(1, "holder"), true);
+        assert_eq!(field(2, "state"), "invalid");
+        assert_eq!(field(2, "healthy"), false);
+        assert!(field(2, "note").as_str().is_some_and(|n| !n.is_empty()));
+        assert!(
+            field(0, "collectedAt")
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z'))
+        );
+    }
+
+    #[test]
+    fn wide_adds_columns() {
+        let engine = Engine::new(EngineConfig::default()).expect("built-in plugins load");
+        const OEV: &str = "OldestEmulationVersion";
+        let leases = [lease("held", Some("b"), None)];
+        let candidates = [candidate("b", "held", ("1.31.0", "1.31.0"), OEV, 1, None)];
+        let now = now();
+        let statuses = collect(
+            &leases,
+            &candidates,
+            &engine,
+            now,
+            PredictOptions::default(),
+        );
+        let header = |text: &str, starts: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(starts))
+                .unwrap_or_else(|| panic!("no {starts} header in\n{text}"))
+                .split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let narrow = render(&statuses, now);
+        let wide = render_wide(&statuses, now);
+        assert_eq!(
+            header(&wide, "LEASE"),
+            [
+                "LEASE",
+                "STRATEGY",
+                "HOLDER",
+                "PREFERRED",
+                "RENEWED",
+                "DURATION",
+                "ACQUIRED",
+                "TRANSITIONS",
+                "WOULD PICK NOW",
+            ]
+        );
+        assert_eq!(header(&narrow, "LEASE").len(), 6, "{narrow}");
+        assert_eq!(
+            header(&wide, "CANDIDATE"),
+            [
+                "CANDIDATE",
+                "BINARY",
+                "EMULATION",
+                "STRATEGY",
+                "RENEWED",
+                "PINGED",
+                "STATE",
+                "AGE",
+                "COLLECTED",
+                "NOTE",
+            ]
+        );
+        let b = wide
+            .lines()
+            .find(|l| l.trim_start().starts_with("b *"))
+            .expect("b's row");
+        assert!(b.contains("1h00m"), "created an hour ago: {b}");
+        assert!(
+            b.contains("in 29m5"),
+            "collected 30 m after its renewal: {b}"
+        );
+        assert!(wide.contains("15s"), "the lease duration: {wide}");
     }
 
     #[test]
