@@ -776,8 +776,8 @@ impl Runner {
                 lease = %self.config().key(),
                 operation = operation.label(),
                 code = blocked.code,
-                "{blocked}; retrying every {:?} until then",
-                self.config().retry_period
+                retry_period = ?self.config().retry_period,
+                "{blocked}"
             );
             *current = Some(blocked);
             true

@@ -50,9 +50,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "CONCLAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Namespace of the controller's own Lease `conclave-controller`.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "conclave-system")]
-    pub controller_namespace: String,
+    /// Namespace of the controller's own Lease `conclave-controller`; default: in a pod, the pod's
+    /// namespace (its service account's), else `kube-system`, which every cluster has.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub controller_namespace: Option<String>,
     /// This replica's identity; default: the hostname plus a random suffix (in a pod, POD_NAME
     /// sets this flag).
     #[arg(long, env = "POD_NAME")]
@@ -76,13 +77,58 @@ pub struct RunArgs {
     pub api_timeout: Duration,
 }
 
+/// Namespace of the controller's own Lease outside a pod, when no flag names one: it exists on
+/// every cluster and on `conclave emulator`, and holds the control plane's own leader election
+/// Leases.
+pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "kube-system";
+
+/// Exit code of `conclave run` when its own Lease cannot work until the user acts (its namespace
+/// does not exist, or RBAC refuses it), outside a pod.
+pub const EXIT_OWN_LEASE_BLOCKED: u8 = 2;
+
+/// Where the controller's own Lease lives, and how that was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ControllerNamespace {
+    name: String,
+    chosen_by: &'static str,
+}
+
+impl ControllerNamespace {
+    /// The flag (or `POD_NAMESPACE`), else the pod's service account namespace, else
+    /// [`DEFAULT_CONTROLLER_NAMESPACE`].
+    fn resolve(flag: Option<String>, service_account: Option<String>) -> Self {
+        if let Some(name) = flag.filter(|name| !name.is_empty()) {
+            return Self {
+                name,
+                chosen_by: "--controller-namespace or POD_NAMESPACE",
+            };
+        }
+        if let Some(name) = service_account {
+            return Self {
+                name,
+                chosen_by: "the pod's service account",
+            };
+        }
+        Self {
+            name: DEFAULT_CONTROLLER_NAMESPACE.into(),
+            chosen_by: "the default outside a pod",
+        }
+    }
+}
+
+/// Whether this process runs in a Kubernetes pod (the kubelet sets this in every container).
+fn in_pod() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     super::init_logging("info", args.log_format);
     let runtime = super::runtime()?;
-    runtime.block_on(serve(args)).map(|()| ExitCode::SUCCESS)
+    runtime.block_on(serve(args))
 }
-async fn serve(args: RunArgs) -> anyhow::Result<()> {
+
+async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(EngineConfig {
         plugins_dir: args.plugins.clone(),
         allow_wasi: args.allow_wasi,
@@ -94,6 +140,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(strategy = %info.name, "strategy available");
     }
     let client = super::kube_client(args.kubeconfig.as_deref()).await?;
+    let namespace = ControllerNamespace::resolve(
+        args.controller_namespace,
+        conclave_candidate::service_account_namespace(),
+    );
+    tracing::info!(namespace = %namespace.name, chosen_by = namespace.chosen_by, "namespace of the controller's own Lease");
     let config = ControllerConfig {
         namespaces: args.namespaces,
         workers: args.workers,
@@ -104,12 +155,14 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         identity: args
             .identity
             .unwrap_or_else(conclave_candidate::default_identity),
-        controller_namespace: args.controller_namespace,
+        controller_namespace: namespace.name.clone(),
         own_lease_duration: args.leader_lease_duration,
         own_renew_deadline: args.leader_renew_deadline,
         own_retry_period: args.leader_retry_period,
         metrics_addr: Some(args.metrics_addr),
         api_timeout: args.api_timeout,
+        // A pod waits, unready, for the fix to reach it; a user at a shell fixes the flag.
+        fail_when_blocked: !in_pod(),
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
@@ -123,7 +176,37 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: finishing in-flight work, then releasing the Lease");
         signal.cancel();
     });
-    controller::run(client, Arc::new(engine), config, shutdown)
-        .await
-        .context("running the controller")
+    match controller::run(client, Arc::new(engine), config, shutdown).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(controller::Error::OwnLeaseBlocked(blocked)) => {
+            tracing::error!(
+                "{blocked}. The controller keeps its own Lease {} in namespace {:?} (chosen by {}); \
+                 pass --controller-namespace NAMESPACE (or set POD_NAMESPACE) to use another",
+                controller::CONTROLLER_LEASE,
+                namespace.name,
+                namespace.chosen_by
+            );
+            Ok(ExitCode::from(EXIT_OWN_LEASE_BLOCKED))
+        }
+        Err(error) => Err(anyhow::Error::new(error).context("running the controller")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_controller_namespace_is_the_flag_then_the_pods_then_kube_system() {
+        let resolve = |flag: Option<&str>, pod: Option<&str>| {
+            ControllerNamespace::resolve(flag.map(Into::into), pod.map(Into::into)).name
+        };
+        assert_eq!(resolve(Some("ops"), Some("conclave-system")), "ops");
+        assert_eq!(resolve(None, Some("conclave-system")), "conclave-system");
+        assert_eq!(
+            resolve(Some(""), Some("conclave-system")),
+            "conclave-system"
+        );
+        assert_eq!(resolve(None, None), "kube-system");
+    }
 }

@@ -101,6 +101,12 @@ pub struct ControllerConfig {
     /// How long any one API call of the controller may take (the watches excepted: they are
     /// long-running by design and restart on their own).
     pub api_timeout: Duration,
+    /// What to do when the API answers about the controller's own Lease in a way only an
+    /// operator can fix (its namespace does not exist, RBAC refuses): `true` ends [`run`] at
+    /// once with [`Error::OwnLeaseBlocked`] (a process started by hand, whose user can fix the
+    /// flag); `false` keeps trying, unready, with `/readyz` saying why (a pod, which the fix
+    /// of a manifest reaches while it runs).
+    pub fail_when_blocked: bool,
 }
 
 impl ControllerConfig {
@@ -126,12 +132,13 @@ impl Default for ControllerConfig {
             lease_duration_seconds: 5,
             mode: Mode::Auto,
             identity: "conclave".into(),
-            controller_namespace: "conclave-system".into(),
+            controller_namespace: "kube-system".into(),
             own_lease_duration: Duration::from_secs(15),
             own_renew_deadline: Duration::from_secs(10),
             own_retry_period: Duration::from_secs(2),
             metrics_addr: None,
             api_timeout: Duration::from_secs(10),
+            fail_when_blocked: false,
         }
     }
 }
@@ -145,6 +152,10 @@ pub enum Error {
     /// The controller's own leader election failed.
     #[error("leader election for {CONTROLLER_LEASE}: {0}")]
     Election(#[from] conclave_candidate::Error),
+    /// The controller's own Lease cannot be taken or watched until an operator acts (see
+    /// [`ControllerConfig::fail_when_blocked`]).
+    #[error("{0}")]
+    OwnLeaseBlocked(conclave_candidate::Blocked),
     /// The metrics server could not bind.
     #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
@@ -346,7 +357,7 @@ pub async fn run(
         builtin_active: AtomicBool::new(false),
         leases: LeaseStates::default(),
     });
-    let ready = Arc::new(AtomicBool::new(false));
+    let readiness = Arc::new(http::Readiness::default());
     if let Some(addr) = config.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -356,7 +367,7 @@ pub async fn run(
         tasks.spawn(http::serve(
             listener,
             Arc::new(registry),
-            ready.clone(),
+            readiness.clone(),
             shutdown.clone(),
         ));
     }
@@ -367,7 +378,7 @@ pub async fn run(
     tasks.spawn(count_candidates(ctx.clone(), shutdown.clone()));
 
     ctx.caches.wait_until_ready().await;
-    ready.store(true, Ordering::Relaxed);
+    readiness.synced();
     tracing::info!(
         identity = %config.identity,
         namespaces = ?config.namespaces,
@@ -385,22 +396,40 @@ pub async fn run(
         retry_period: config.own_retry_period,
     };
     let elector = conclave_candidate::Elector::classic(client, lease_config)?;
+    readiness.contending(elector.handle());
+    let mut blocked = elector.handle().blocked();
+    let stop_electing = shutdown.child_token();
     let lead_ctx = ctx.clone();
-    let result = elector
-        .run(
-            move |term: conclave_candidate::Term| {
-                let ctx = lead_ctx.clone();
-                let leadership = leadership.clone();
-                async move { lead(ctx, &leadership, term).await }
-            },
-            shutdown.clone(),
-        )
-        .await;
+    let electing = elector.run(
+        move |term: conclave_candidate::Term| {
+            let ctx = lead_ctx.clone();
+            let leadership = leadership.clone();
+            async move { lead(ctx, &leadership, term).await }
+        },
+        stop_electing.clone(),
+    );
+    tokio::pin!(electing);
+    let result = if config.fail_when_blocked {
+        let ended = tokio::select! {
+            result = &mut electing => Some(result),
+            _ = blocked.wait_for(Option::is_some) => None,
+        };
+        if let Some(result) = ended {
+            result.map_err(Error::from)
+        } else {
+            let seen = blocked.borrow().clone();
+            stop_electing.cancel();
+            let result = electing.await.map_err(Error::from);
+            seen.map_or(result, |blocked| Err(Error::OwnLeaseBlocked(blocked)))
+        }
+    } else {
+        electing.await.map_err(Error::from)
+    };
     queue.shutdown();
     // Wait for writes still in flight (none should be, the term drained its workers).
     ctx.writer.drain().await;
     tasks.shutdown().await;
-    result.map_err(Error::from)
+    result
 }
 
 /// The active replica's work: workers and candidate GC, until the term ends. The writer sends
