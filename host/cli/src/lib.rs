@@ -78,17 +78,86 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// `kubeconfig`, or, when `None`, from the usual places: the in-cluster config, `$KUBECONFIG`,
 /// then `~/.kube/config`.
 pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a cluster (in-cluster config, $KUBECONFIG or ~/.kube/config)")?,
-    };
+    let config = kube_config(kubeconfig, None).await?;
     conclave_candidate::client(config).context("building the Kubernetes client")
+}
+
+/// The client configuration kubectl would use: `kubeconfig`, or, when `None`, `$KUBECONFIG`
+/// (a list of files, merged), then `~/.kube/config`, then the in-cluster config; with `context`,
+/// that context instead of the current one (and a kubeconfig is then required). Its
+/// `default_namespace` is the context's namespace (`default` when it sets none), or the pod's.
+pub(crate) async fn kube_config(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let (file, source) = match (kubeconfig, context) {
+        (None, None) => {
+            return kube::Config::infer()
+                .await
+                .context("finding a cluster (in-cluster config, $KUBECONFIG or ~/.kube/config)");
+        }
+        (Some(path), _) => (
+            Kubeconfig::read_from(path),
+            format!("kubeconfig {}", path.display()),
+        ),
+        (None, Some(_)) => (Kubeconfig::read(), "$KUBECONFIG or ~/.kube/config".into()),
+    };
+    let file = file.with_context(|| format!("reading {source}"))?;
+    if let Some(context) = context
+        && !file.contexts.iter().any(|c| c.name == context)
+    {
+        let known: Vec<&str> = file.contexts.iter().map(|c| c.name.as_str()).collect();
+        anyhow::bail!(
+            "context {context:?} does not exist in {source} (its contexts: {})",
+            known.join(", ")
+        );
+    }
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    kube::Config::from_custom_kubeconfig(file, &options)
+        .await
+        .with_context(|| match context {
+            Some(context) => format!("loading {source} (context {context:?})"),
+            None => format!("loading {source}"),
+        })
+}
+
+/// How the binary was started, which names it in help and usage and decides the default
+/// namespace of `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invocation {
+    /// As `conclave`.
+    Conclave,
+    /// As the kubectl plugin `kubectl conclave`: kubectl runs a file (or symlink to this binary)
+    /// named [`PLUGIN_FILE_NAME`](Self::PLUGIN_FILE_NAME) found on the `PATH`, as krew installs
+    /// plugins, with the arguments after `kubectl conclave`.
+    KubectlPlugin,
+}
+
+impl Invocation {
+    /// The file name kubectl looks for on the `PATH` to run `kubectl conclave`.
+    pub const PLUGIN_FILE_NAME: &str = "kubectl-conclave";
+
+    /// How a process started as `program` (its `argv[0]`) was invoked.
+    #[must_use]
+    pub fn from_program(program: &std::ffi::OsStr) -> Self {
+        // file_stem: `kubectl-conclave.exe` is the plugin too.
+        if Path::new(program).file_stem() == Some(Self::PLUGIN_FILE_NAME.as_ref()) {
+            Self::KubectlPlugin
+        } else {
+            Self::Conclave
+        }
+    }
+
+    /// The command's name in help and usage lines.
+    #[must_use]
+    pub const fn command_name(self) -> &'static str {
+        match self {
+            Self::Conclave => "conclave",
+            Self::KubectlPlugin => "kubectl conclave",
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! The `conclave` binary: one subcommand per job.
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use conclave::Invocation;
 use std::process::ExitCode;
 
 /// Kubernetes coordinated leader election, decided by sandboxed WebAssembly strategy plugins.
@@ -28,18 +29,33 @@ enum Command {
     #[command(after_help = conclave::duration::HELP)]
     Demo(conclave::demo::DemoArgs),
     /// Show the Leases under coordination, their candidates, and whom each strategy would pick.
-    #[command(after_help = conclave::duration::HELP)]
+    ///
+    /// Also `kubectl conclave status` with this binary on the PATH as `kubectl-conclave`.
+    #[command(
+        after_help = conclave::duration::HELP,
+        after_long_help = conclave::status::long_help()
+    )]
     Status(conclave::status::StatusArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    // Run as `kubectl-conclave` (kubectl's plugin), help and usage say `kubectl conclave`.
+    let invocation = std::env::args_os()
+        .next()
+        .map_or(Invocation::Conclave, |program| {
+            Invocation::from_program(&program)
+        });
+    let name = invocation.command_name();
+    let matches = Cli::command().name(name).bin_name(name).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     match cli.command {
         Command::Candidate(args) => conclave::candidate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Emulator(args) => conclave::emulator::run(args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => conclave::run::run(args),
         Command::Strategy(args) => conclave::strategy::run(args),
         Command::Demo(args) => conclave::demo::run(args),
-        Command::Status(args) => conclave::status::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Status(args) => {
+            conclave::status::run(args, invocation).map(|()| ExitCode::SUCCESS)
+        }
     }
 }

@@ -1,14 +1,56 @@
-//! `conclave status`: flags, then [`conclave_controller::status`] once or on every change.
+//! `conclave status` (and `kubectl conclave status`): flags, then [`conclave_controller::status`]
+//! once or on every change, as a table, a wide table, JSON or YAML.
 
-use crate::ModeArg;
+use crate::{Invocation, ModeArg};
 use anyhow::Context as _;
-use conclave_controller::status::{self, PredictOptions, Watch};
+use conclave_controller::status::{self, LeaseStatus, PredictOptions, Watch};
 use conclave_core::k8s::now;
+use conclave_core::time::Timestamp;
 use conclave_engine::{Engine, EngineConfig, Limits, default_cache_dir};
 use kube::Client;
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What `conclave status --help` says after the flags: namespaces, the kubectl plugin, the
+/// output formats and their schema, durations.
+#[must_use]
+pub fn long_help() -> String {
+    format!("{LONG_HELP}\n\n{}", crate::duration::HELP)
+}
+
+const LONG_HELP: &str = "\
+Which namespaces: -n NS (repeatable, or NS1,NS2), or -A for all. With neither, `conclave status` \
+shows every namespace, and `kubectl conclave status` shows the namespace of the kubeconfig \
+context (`default` when it sets none), as `kubectl get` does.
+
+As a kubectl plugin: put this binary on the PATH as `kubectl-conclave` (a copy or a symlink, as \
+krew installs plugins); then `kubectl conclave status` takes kubectl's -n, -A, --context, \
+--kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster config) and -o. \
+kubectl does not pass its own flags on: write them after `kubectl conclave status`.
+
+-o wide adds the Lease's duration, acquire time and transitions, and each candidate's age and \
+when garbage collection deletes it unless it renews. -o json and -o yaml print a \
+LeaseStatusList (apiVersion conclave.dev/v1alpha1), every field always present, null when \
+unset, times in RFC 3339: observedAt, and items[] with namespace, name, leaseExists, strategy, \
+strategySource (lease|candidates|conflict|none), holder, preferredHolder, renewTime, \
+acquireTime, leaseDurationSeconds, leaseTransitions, expired, prediction {outcome \
+(holds|preempt|assign|nobody|no-candidates|all-unresponsive|not-handled|unavailable), winner, \
+afterPing, why} and candidates[] {name, holder, binaryVersion, emulationVersion, strategy, \
+creationTime, renewTime, pingTime, state (fresh|stale|pinged|failed-ping|expired|invalid), \
+healthy, note, collectedAt}. With --watch, one document per change (YAML documents start \
+with ---).";
+
+/// How `status` prints (`-o`, as kubectl spells it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// The table with more columns.
+    Wide,
+    /// A LeaseStatusList as JSON.
+    Json,
+    /// A LeaseStatusList as YAML.
+    Yaml,
+}
 
 /// Arguments of `conclave status`.
 #[derive(Debug, clap::Args)]
@@ -16,10 +58,26 @@ pub struct StatusArgs {
     /// Kubeconfig to use; default: $KUBECONFIG, then ~/.kube/config, then in-cluster config.
     #[arg(long, env = "CONCLAVE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Show only this namespace (repeatable); default: every namespace.
-    #[arg(long = "namespace", short = 'n', value_delimiter = ',')]
+    /// The kubeconfig context to use; default: its current-context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Show only this namespace (repeatable); default: every namespace for `conclave status`,
+    /// the context's namespace for `kubectl conclave status`.
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        value_delimiter = ',',
+        conflicts_with = "all_namespaces"
+    )]
     pub namespaces: Vec<String>,
-    /// Keep watching and redraw the table whenever a Lease or LeaseCandidate changes.
+    /// Show every namespace.
+    #[arg(long, short = 'A')]
+    pub all_namespaces: bool,
+    /// Output format: the table (default), `wide` (more columns), `json` or `yaml`.
+    #[arg(long, short = 'o', value_enum, value_name = "FORMAT")]
+    pub output: Option<Output>,
+    /// Keep watching and redraw the table whenever a Lease or LeaseCandidate changes (with
+    /// `-o json|yaml`: print one document per change).
     #[arg(long, short = 'w')]
     pub watch: bool,
     /// Directory of extra strategy plugins, as given to `conclave run --plugins`.
@@ -51,16 +109,18 @@ fn engine(plugins: Option<PathBuf>, allow_wasi: bool) -> anyhow::Result<Engine> 
     .context("loading strategy plugins")
 }
 
-/// Runs `conclave status`.
-pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+/// Runs `conclave status`, started as `invocation` (which decides the default namespaces).
+pub fn run(args: StatusArgs, invocation: Invocation) -> anyhow::Result<()> {
     super::init_logging("warn", super::LogFormat::Text);
     let runtime = super::runtime()?;
-    runtime.block_on(show(args))
+    runtime.block_on(show(args, invocation))
 }
 
-async fn show(args: StatusArgs) -> anyhow::Result<()> {
+async fn show(args: StatusArgs, invocation: Invocation) -> anyhow::Result<()> {
     let engine = engine(args.plugins.clone(), args.allow_wasi)?;
-    let client = super::kube_client(args.kubeconfig.as_deref()).await?;
+    let config = super::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let namespaces = namespaces(&args, invocation, &config.default_namespace);
+    let client = conclave_candidate::client(config).context("building the Kubernetes client")?;
     let mut options = PredictOptions {
         ack_window: args.ack_window,
         candidate_gc_after: args.candidate_gc_after,
@@ -69,13 +129,67 @@ async fn show(args: StatusArgs) -> anyhow::Result<()> {
     };
     if !args.watch {
         options.builtin_active = builtin_active(&client).await;
-        let (leases, candidates) = status::list(&client, &args.namespaces).await?;
+        let (leases, candidates) = status::list(&client, &namespaces).await?;
         let now = now();
         let statuses = status::collect(&leases, &candidates, &engine, now, options);
-        print!("{}", status::render(&statuses, now));
-        return Ok(());
+        let mut stdout = std::io::stdout().lock();
+        write!(
+            stdout,
+            "{}",
+            print(&statuses, now, args.output, &namespaces)?
+        )?;
+        return Ok(stdout.flush()?);
     }
-    watch(&client, &args.namespaces, &engine, options).await
+    watch(&client, &namespaces, &engine, options, args.output).await
+}
+
+/// The namespaces to show, empty for all: `-A`, else `-n`, else every namespace for
+/// `conclave status` and the context's namespace for `kubectl conclave status`, as kubectl's
+/// own commands default.
+fn namespaces(args: &StatusArgs, invocation: Invocation, context_namespace: &str) -> Vec<String> {
+    if args.all_namespaces {
+        Vec::new()
+    } else if !args.namespaces.is_empty() {
+        args.namespaces.clone()
+    } else {
+        match invocation {
+            Invocation::Conclave => Vec::new(),
+            Invocation::KubectlPlugin => vec![context_namespace.to_owned()],
+        }
+    }
+}
+
+/// The statuses as `output` asks.
+fn print(
+    statuses: &[LeaseStatus],
+    now: Timestamp,
+    output: Option<Output>,
+    namespaces: &[String],
+) -> anyhow::Result<String> {
+    Ok(match output {
+        None | Some(Output::Wide) if statuses.is_empty() => {
+            let scope = match namespaces {
+                [] => String::new(),
+                [one] => format!(" in namespace {one}"),
+                many => format!(" in namespaces {}", many.join(", ")),
+            };
+            format!(
+                "No Leases under coordination{scope} (none has LeaseCandidates or a \
+                 spec.strategy).\n"
+            )
+        }
+        None => status::render(statuses, now),
+        Some(Output::Wide) => status::render_wide(statuses, now),
+        Some(Output::Json) => {
+            let mut text = serde_json::to_string_pretty(&status::document(statuses, now))
+                .context("writing JSON")?;
+            text.push('\n');
+            text
+        }
+        Some(Output::Yaml) => {
+            serde_saphyr::to_string(&status::document(statuses, now)).context("writing YAML")?
+        }
+    })
 }
 
 /// Whether kube-apiserver's built-in controller is active, as `--mode auto` reads it; a cluster
@@ -91,9 +205,12 @@ async fn watch(
     namespaces: &[String],
     engine: &Engine,
     mut options: PredictOptions,
+    output: Option<Output>,
 ) -> anyhow::Result<()> {
     let mut watch = Watch::start(client, namespaces);
-    let terminal = std::io::stdout().is_terminal();
+    // JSON and YAML stream one document per change, with no screen to redraw.
+    let document = matches!(output, Some(Output::Json | Output::Yaml));
+    let terminal = std::io::stdout().is_terminal() && !document;
     // On a terminal the ages tick every second; in a pipe only changes redraw.
     let tick = if terminal {
         Duration::from_secs(1)
@@ -107,24 +224,32 @@ async fn watch(
             options.builtin_active = builtin_active(client).await;
             let (leases, candidates) = watch.objects();
             let now = now();
-            let text = status::render(
-                &status::collect(&leases, &candidates, engine, now, options),
-                now,
-            );
-            let stamp = jiff::Timestamp::now().strftime("%H:%M:%S");
+            let statuses = status::collect(&leases, &candidates, engine, now, options);
+            let text = print(&statuses, now, output, namespaces)?;
             let mut stdout = std::io::stdout().lock();
-            if terminal {
-                // Clear the screen and home the cursor, then draw.
-                let _ = write!(stdout, "\x1b[H\x1b[2J");
+            if document {
+                if let Some(error) = &last_error {
+                    eprintln!("watch error (retrying): {error}");
+                }
+                if output == Some(Output::Yaml) {
+                    let _ = writeln!(stdout, "---");
+                }
+                let _ = write!(stdout, "{text}");
+            } else {
+                let stamp = jiff::Timestamp::now().strftime("%H:%M:%S");
+                if terminal {
+                    // Clear the screen and home the cursor, then draw.
+                    let _ = write!(stdout, "\x1b[H\x1b[2J");
+                }
+                let _ = writeln!(
+                    stdout,
+                    "conclave status at {stamp} (watching; Ctrl-C to stop)"
+                );
+                if let Some(error) = &last_error {
+                    let _ = writeln!(stdout, "watch error (retrying): {error}");
+                }
+                let _ = writeln!(stdout, "\n{text}");
             }
-            let _ = writeln!(
-                stdout,
-                "conclave status at {stamp} (watching; Ctrl-C to stop)"
-            );
-            if let Some(error) = &last_error {
-                let _ = writeln!(stdout, "watch error (retrying): {error}");
-            }
-            let _ = writeln!(stdout, "\n{text}");
             let _ = stdout.flush();
         }
         tokio::select! {
