@@ -274,16 +274,67 @@ pub fn plan_writes(input: &WriteInput<'_>) -> Option<LeaseWrite> {
     Some(LeaseWrite { kind, desired })
 }
 
-/// When to look at a Lease again if nothing happens: the instant after a held Lease expires, so
-/// an expiry is acted on without polling. `None` for a missing or free Lease (watch events cover
-/// those).
+/// When to look at a Lease again if nothing happens: when its holder becomes overdue
+/// ([`holder_overdue_at`]), then the instant after it expires, so that both are acted on without
+/// polling. `None` for a missing or free Lease (watch events cover those).
 #[must_use]
-pub fn recheck_at(lease: Option<&LeaseRecord>, now: Timestamp) -> Option<Timestamp> {
+pub fn recheck_at(
+    lease: Option<&LeaseRecord>,
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<Timestamp> {
     let lease = lease?;
     if lease.is_free(now) {
         return None;
     }
+    if let Some(overdue) = holder_overdue_at(lease, ack_window).filter(|at| *at > now) {
+        return Some(overdue);
+    }
     lease.expires_at().map(|at| at + Duration::from_millis(1))
+}
+
+/// How long before a held Lease expires its holder's LeaseCandidate is pinged, beyond the ack
+/// window: room for the ping's own write and for timers firing late.
+pub const PROBE_MARGIN: Duration = Duration::from_secs(1);
+
+/// When the holder of a held Lease counts as overdue: it has not renewed for half the lease
+/// duration, and no later than one ack window (plus [`PROBE_MARGIN`]) before the Lease expires.
+/// A holder renews every few seconds (client-go: every 2 s of a 15 s Lease), so a live one is
+/// never overdue; a crashed one is, early enough that a ping of its LeaseCandidate goes
+/// unanswered for a whole window before the Lease expires. The election at expiry then leaves
+/// the dead candidate out at once instead of pinging it and waiting out the window (upstream's
+/// crash failover: lease duration plus ack window).
+///
+/// `None` for a Lease without a holder, renewal time or duration.
+#[must_use]
+pub fn holder_overdue_at(lease: &LeaseRecord, ack_window: Duration) -> Option<Timestamp> {
+    lease.holder()?;
+    let renew = lease.renew_time?;
+    let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
+    let before_expiry = duration.saturating_sub(ack_window + PROBE_MARGIN);
+    Some(renew + before_expiry.max(duration / 2))
+}
+
+/// The holder's LeaseCandidate to ping now, before the Lease expires: the Lease is held and not
+/// expired, its holder is overdue ([`holder_overdue_at`]), and its candidate (among `candidates`)
+/// is neither fresh nor already pinged. `None` otherwise, including for a holder without a
+/// candidate.
+#[must_use]
+pub fn probe_holder<'a>(
+    lease: Option<&LeaseRecord>,
+    candidates: &'a [CandidateView],
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<&'a str> {
+    let lease = lease.filter(|lease| !lease.is_free(now))?;
+    if holder_overdue_at(lease, ack_window)? > now {
+        return None;
+    }
+    let holder = lease.holder()?;
+    candidates
+        .iter()
+        .find(|c| c.name == holder && liveness(c, now, ack_window) == Liveness::Stale)
+        .map(|c| c.name.as_str())
 }
 
 /// Which Leases a controller handles (`--mode`).
@@ -620,14 +671,57 @@ mod tests {
     }
 
     #[test]
-    fn recheck_when_a_held_lease_expires() {
+    fn recheck_when_the_holder_becomes_overdue_then_when_the_lease_expires() {
+        // Held for 10 s from 95: overdue at 95 + max(5, 10 - 2 - 1) = 102, expired after 105.
         let lease = held(Some("a"), 95, None);
+        let window = Duration::from_secs(2);
+        assert_eq!(recheck_at(Some(&lease), at(100), window), Some(at(102)));
         assert_eq!(
-            recheck_at(Some(&lease), at(100)),
+            recheck_at(Some(&lease), at(102), window),
             Some(at(105) + Duration::from_millis(1))
         );
-        assert_eq!(recheck_at(Some(&held(Some(""), 99, None)), at(100)), None);
-        assert_eq!(recheck_at(None, at(100)), None);
+        // An ack window as long as the Lease: overdue at half the lease duration.
+        assert_eq!(recheck_at(Some(&lease), at(99), WINDOW * 2), Some(at(100)));
+        assert_eq!(
+            recheck_at(Some(&held(Some(""), 99, None)), at(100), window),
+            None
+        );
+        assert_eq!(recheck_at(None, at(100), window), None);
+    }
+
+    #[test]
+    fn an_overdue_holder_is_pinged_once_before_its_lease_expires() {
+        let lease = held(Some("a"), 95, None);
+        let window = Duration::from_secs(2);
+        let stale = [
+            candidate("a", Some(40), None),
+            candidate("b", Some(40), None),
+        ];
+        assert_eq!(
+            probe_holder(Some(&lease), &stale, at(101), window),
+            None,
+            "not overdue yet"
+        );
+        assert_eq!(
+            probe_holder(Some(&lease), &stale, at(102), window),
+            Some("a"),
+            "overdue: only the holder is pinged"
+        );
+        let pinged = [candidate("a", Some(40), Some(102))];
+        assert_eq!(probe_holder(Some(&lease), &pinged, at(103), window), None);
+        let fresh = [candidate("a", Some(102), None)];
+        assert_eq!(probe_holder(Some(&lease), &fresh, at(103), window), None);
+        assert_eq!(
+            probe_holder(Some(&lease), &stale, at(106), window),
+            None,
+            "expired: the election itself pings"
+        );
+        let other = held(Some("c"), 95, None);
+        assert_eq!(
+            probe_holder(Some(&other), &stale, at(103), window),
+            None,
+            "a holder without a LeaseCandidate"
+        );
     }
 
     #[test]

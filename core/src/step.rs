@@ -18,7 +18,7 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, candidate_expired, considered, plan_pings, plan_writes,
-    recheck_at,
+    probe_holder, recheck_at,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -154,12 +154,17 @@ pub enum Outcome {
         /// When to look again if nothing happens before; `None`: wait for an event.
         recheck_at: Option<Timestamp>,
     },
-    /// The Lease already is as the winner needs it; nothing is written (no pings either).
+    /// The Lease already is as the winner needs it; nothing is written, and no election pings
+    /// are sent.
     Unchanged {
         /// The best candidate.
         winner: String,
         /// When to look again if nothing happens before; `None`: wait for an event.
         recheck_at: Option<Timestamp>,
+        /// The holder has missed its renewals: ping its LeaseCandidate now
+        /// ([`crate::plan::probe_holder`]), so that by the time the Lease expires it is known
+        /// whether it lives, and the next leader is written at expiry, not an ack window later.
+        probe: Option<String>,
     },
     /// A write is needed but the winner is not fresh: ping these candidates (concurrently, each
     /// with its resourceVersion) and look again at `recheck_at`, or sooner on an ack.
@@ -250,7 +255,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     if pool.is_empty() {
         return skip(
             SkipReason::AllUnresponsive { strategy },
-            recheck_at(input.lease, now),
+            recheck_at(input.lease, now, config.ack_window),
         );
     }
     let lease = input.lease;
@@ -310,7 +315,7 @@ impl Election {
         let lease = self.lease.as_ref();
         let Some(winner) = answer else {
             return Outcome::NoWinner {
-                recheck_at: recheck_at(lease, now),
+                recheck_at: recheck_at(lease, now, self.ack_window),
             };
         };
         let names: Vec<&str> = self.candidate_names.iter().map(String::as_str).collect();
@@ -326,7 +331,9 @@ impl Election {
         }) else {
             return Outcome::Unchanged {
                 winner: winner.into(),
-                recheck_at: recheck_at(lease, now),
+                recheck_at: recheck_at(lease, now, self.ack_window),
+                probe: probe_holder(lease, &self.request.candidates, now, self.ack_window)
+                    .map(Into::into),
             };
         };
         match plan_pings(&self.request.candidates, winner, now, self.ack_window) {
@@ -741,15 +748,18 @@ mod tests {
         else {
             panic!("an election");
         };
-        let expiry = at(NOW + 9) + Duration::from_millis(1);
+        // Renewed at NOW - 1 for 10 s: overdue at NOW + 4 (half the duration, and one ack
+        // window plus a second before expiry), expired after NOW + 9.
+        let overdue = at(NOW + 4);
         let unchanged = election.apply_answer(Some("a"));
         assert_eq!(
             unchanged,
             Outcome::Unchanged {
                 winner: "a".into(),
-                recheck_at: Some(expiry)
+                recheck_at: Some(overdue),
+                probe: None,
             },
-            "the legacy holder is looked at again the instant its Lease expires"
+            "the legacy holder is looked at again when it would be overdue"
         );
         assert!(!unchanged.in_progress());
         let Plan::Decide(election) = plan_step(&input(None, &candidates, Mode::All, false)) else {
@@ -765,8 +775,77 @@ mod tests {
         let Plan::Skip(skip) = plan_step(&input(Some(&legacy), &silent, Mode::All, false)) else {
             panic!("a skip");
         };
-        assert_eq!(skip.recheck_at, Some(expiry));
+        assert_eq!(skip.recheck_at, Some(overdue));
         assert_eq!(skip.reason.managed(), Some(true));
+    }
+
+    /// The best candidate leads and crashes: its Lease (15 s) stops being renewed. Before it
+    /// expires its LeaseCandidate is pinged, goes unanswered for a window, and at expiry the next
+    /// best is elected without waiting out another window for the dead one.
+    #[test]
+    fn a_crashed_best_leader_is_probed_before_expiry_and_left_out_at_it() {
+        let mut held = lease(Some("a"), NOW, None);
+        held.lease_duration_seconds = Some(15);
+        let oldest = |name: &str, renew: i64, ping: Option<i64>| CandidateView {
+            emulation_version: "1.30.0".into(),
+            ..cand(name, OEV, Some(renew), ping)
+        };
+        let step = |candidates: &[CandidateView], now: i64| {
+            let mut input = input(Some(&held), candidates, Mode::All, false);
+            input.now = at(now);
+            let Plan::Decide(election) = plan_step(&input) else {
+                panic!("an election");
+            };
+            let winner = election
+                .request()
+                .candidates
+                .iter()
+                .min_by_key(|c| (c.emulation_version.is_empty(), c.name.clone()))
+                .map(|c| c.name.clone());
+            election.apply_answer(winner.as_deref())
+        };
+        // Overdue at NOW + max(7.5, 15 - 5 - 1) = NOW + 9: before that, nothing to do.
+        let alive = [
+            oldest("a", NOW - 100, None),
+            cand("b", OEV, Some(NOW - 100), None),
+        ];
+        assert!(matches!(
+            step(&alive, NOW + 8),
+            Outcome::Unchanged { probe: None, recheck_at: Some(r), .. } if r == at(NOW + 9)
+        ));
+        let Outcome::Unchanged {
+            probe, recheck_at, ..
+        } = step(&alive, NOW + 9)
+        else {
+            panic!("unchanged");
+        };
+        assert_eq!(
+            probe.as_deref(),
+            Some("a"),
+            "the holder's candidate is pinged"
+        );
+        assert_eq!(recheck_at, Some(at(NOW + 15) + Duration::from_millis(1)));
+        // Pinged at NOW + 9, never answered: at expiry it is left out, and b, pinged now, wins
+        // as soon as it acks.
+        let dead = [
+            oldest("a", NOW - 100, Some(NOW + 9)),
+            cand("b", OEV, Some(NOW - 100), None),
+        ];
+        let Outcome::Ping {
+            winner, candidates, ..
+        } = step(&dead, NOW + 15 + 1)
+        else {
+            panic!("a ping of the next best");
+        };
+        assert_eq!((winner.as_str(), candidates), ("b", vec!["b".to_string()]));
+        let acked = [
+            oldest("a", NOW - 100, Some(NOW + 9)),
+            cand("b", OEV, Some(NOW + 16), Some(NOW + 16)),
+        ];
+        let Outcome::Write { winner, write } = step(&acked, NOW + 16) else {
+            panic!("a write");
+        };
+        assert_eq!((winner.as_str(), write.kind), ("b", WriteKind::TakeOver));
     }
 
     #[test]

@@ -159,7 +159,14 @@ async fn step(
             tracing::info!(%strategy, "the strategy elected nobody");
             Ok((next_at(recheck_at), Progress::Settled))
         }
-        Outcome::Unchanged { recheck_at, .. } => Ok((next_at(recheck_at), Progress::Settled)),
+        Outcome::Unchanged {
+            recheck_at, probe, ..
+        } => {
+            if let Some(holder) = probe {
+                probe_holder(ctx, key, &holder, now).await?;
+            }
+            Ok((next_at(recheck_at), Progress::Settled))
+        }
         Outcome::Ping {
             winner,
             candidates: to_ping,
@@ -191,6 +198,28 @@ async fn step(
             write_lease(ctx, key, lease_obj, &election, &winner, &write, now).await
         }
     }
+}
+
+/// Pings the LeaseCandidate of a holder that has missed its renewals, before its Lease expires
+/// (see `conclave_core::plan::probe_holder`): a live holder answers and keeps its Lease; a
+/// crashed one is known unresponsive at expiry, so the next leader is written then.
+async fn probe_holder(
+    ctx: &Context,
+    key: &LeaseKey,
+    holder: &str,
+    now: conclave_core::time::Timestamp,
+) -> Result<(), StepError> {
+    tracing::info!(%holder, "the holder has missed its renewals; pinging its LeaseCandidate before the Lease expires");
+    let Some(object) = ctx
+        .caches
+        .candidate(&CandidateKey::new(&key.namespace, holder))
+    else {
+        return Ok(());
+    };
+    ctx.writer
+        .ping_all(&[object], now, ctx.config.ack_window)
+        .await
+        .map_err(|_| StepError::Retry)
 }
 
 /// Reports a step that wrote nothing without asking the strategy: the managed and blocked
@@ -295,7 +324,7 @@ async fn write_lease(
                 .await;
             let record = lease_record(&written);
             Ok((
-                next_at(plan::recheck_at(Some(&record), now)),
+                next_at(plan::recheck_at(Some(&record), now, ctx.config.ack_window)),
                 Progress::Written {
                     strategy: strategy.to_owned(),
                     at: written_at,
