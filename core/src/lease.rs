@@ -30,6 +30,11 @@ pub struct LeaseRecord {
     /// Whether Conclave created or elected into this Lease (annotation
     /// `coordination.conclave.dev/elected-by: conclave`).
     pub elected_by_conclave: bool,
+    /// When this controller watched the current renewal (holder and `renewTime`) arrive, by its
+    /// own clock; `None` when it did not (first seen in a list, or not read from a watch). Expiry
+    /// counts from the later of this and `renewTime`, so a holder whose clock runs behind is not
+    /// replaced before its Lease has expired by the controller's clock (client-go's rule).
+    pub observed_renewal: Option<Timestamp>,
 }
 
 /// The annotation Conclave puts on Leases it creates.
@@ -62,16 +67,26 @@ impl LeaseRecord {
         non_empty(self.strategy.as_ref())
     }
 
-    /// When the Lease expires by the timestamps it carries; `None` if it lacks `renewTime` or a
-    /// positive `leaseDurationSeconds`, which upstream treats as already expired.
+    /// When the current holder last renewed: `renewTime`, or when this controller saw that renewal
+    /// arrive if that was later ([`LeaseRecord::observed_renewal`]).
+    #[must_use]
+    pub fn renewed_at(&self) -> Option<Timestamp> {
+        let renew = self.renew_time?;
+        Some(self.observed_renewal.map_or(renew, |seen| seen.max(renew)))
+    }
+
+    /// When the Lease expires: [`LeaseRecord::renewed_at`] plus `leaseDurationSeconds`; `None` if
+    /// it lacks `renewTime` or a positive `leaseDurationSeconds`, which upstream treats as already
+    /// expired.
     #[must_use]
     pub fn expires_at(&self) -> Option<Timestamp> {
-        let renew = self.renew_time?;
+        let renew = self.renewed_at()?;
         let seconds = u64::try_from(self.lease_duration_seconds?).ok()?;
         Some(renew + Duration::from_secs(seconds))
     }
 
-    /// Whether the Lease has expired at `now` (upstream: `renewTime + duration < now`).
+    /// Whether the Lease has expired at `now`: [`LeaseRecord::expires_at`] is before it (upstream:
+    /// `renewTime + duration < now`).
     #[must_use]
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_none_or(|at| at < now)
@@ -128,5 +143,21 @@ mod tests {
             (record.holder(), record.preferred(), record.strategy()),
             (None, None, None)
         );
+    }
+
+    #[test]
+    fn expiry_counts_from_when_the_controller_saw_the_renewal_if_that_was_later() {
+        // The holder's clock runs 12 s behind: by its renewTime the 10 s Lease expired already.
+        let mut behind = lease(Some("a"), Some(88), Some(10));
+        let now = Timestamp::from_secs(100);
+        assert!(behind.is_free(now));
+        behind.observed_renewal = Some(Timestamp::from_secs(99));
+        assert_eq!(behind.renewed_at(), Some(Timestamp::from_secs(99)));
+        assert!(!behind.is_free(now), "seen renewing a second ago");
+        assert!(behind.is_expired(Timestamp::from_secs(110)));
+        // A clock ahead: renewTime is the later, and counts.
+        let mut ahead = lease(Some("a"), Some(105), Some(10));
+        ahead.observed_renewal = Some(Timestamp::from_secs(100));
+        assert_eq!(ahead.expires_at(), Some(Timestamp::from_secs(115)));
     }
 }

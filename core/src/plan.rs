@@ -297,7 +297,7 @@ pub fn recheck_at(
 /// window: room for the ping's own write and for timers firing late.
 pub const PROBE_MARGIN: Duration = Duration::from_secs(1);
 
-/// When the holder of a held Lease counts as overdue: it has not renewed for half the lease
+/// When the holder of a held Lease counts as overdue: it has not renewed ([`LeaseRecord::renewed_at`]) for half the lease
 /// duration, and no later than one ack window (plus [`PROBE_MARGIN`]) before the Lease expires.
 /// A holder renews every few seconds (client-go: every 2 s of a 15 s Lease), so a live one is
 /// never overdue; a crashed one is, early enough that a ping of its LeaseCandidate goes
@@ -309,7 +309,7 @@ pub const PROBE_MARGIN: Duration = Duration::from_secs(1);
 #[must_use]
 pub fn holder_overdue_at(lease: &LeaseRecord, ack_window: Duration) -> Option<Timestamp> {
     lease.holder()?;
-    let renew = lease.renew_time?;
+    let renew = lease.renewed_at()?;
     let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
     let before_expiry = duration.saturating_sub(ack_window + PROBE_MARGIN);
     Some(renew + before_expiry.max(duration / 2))
@@ -547,6 +547,7 @@ mod tests {
             acquire_time: Some(at(renew)),
             lease_transitions: Some(3),
             elected_by_conclave: false,
+            observed_renewal: None,
         }
     }
 

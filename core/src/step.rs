@@ -419,6 +419,7 @@ mod tests {
             acquire_time: Some(at(renew)),
             lease_transitions: Some(3),
             elected_by_conclave: false,
+            observed_renewal: None,
         }
     }
 

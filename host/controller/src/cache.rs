@@ -8,6 +8,8 @@ use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
+use conclave_core::lease::LeaseRecord;
+use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -28,6 +30,7 @@ struct Scope {
 pub struct Caches {
     scopes: Arc<Vec<Scope>>,
     own_writes: Arc<OwnWrites>,
+    renewals: Arc<index::Renewals>,
 }
 
 impl Caches {
@@ -47,6 +50,7 @@ impl Caches {
             namespaces.iter().cloned().map(Some).collect()
         };
         let own_writes = Arc::new(OwnWrites::default());
+        let renewals = Arc::new(index::Renewals::default());
         let mut built = Vec::new();
         for namespace in scopes {
             let (lease_api, candidate_api): (Api<Lease>, Api<LeaseCandidate>) = match &namespace {
@@ -60,8 +64,15 @@ impl Caches {
             let lease_events =
                 reflector::reflector(lease_writer, watcher(lease_api, watcher::Config::default()))
                     .default_backoff();
-            let (store, own, q) = (leases.clone(), own_writes.clone(), queue.clone());
-            tasks.spawn(async move { index::leases(lease_events, &store, &own, &q).await });
+            let (store, own, renewed, q) = (
+                leases.clone(),
+                own_writes.clone(),
+                renewals.clone(),
+                queue.clone(),
+            );
+            tasks.spawn(async move {
+                index::leases(lease_events, &store, &own, &renewed, &q).await;
+            });
 
             let (candidates, candidate_writer) = reflector::store();
             let candidate_events = reflector::reflector(
@@ -89,7 +100,15 @@ impl Caches {
         Self {
             scopes: Arc::new(built),
             own_writes,
+            renewals,
         }
+    }
+
+    /// When this controller watched the renewal `record` carries arrive (see
+    /// [`index::Renewals`]).
+    #[must_use]
+    pub fn observed_renewal(&self, key: &LeaseKey, record: &LeaseRecord) -> Option<Timestamp> {
+        self.renewals.seen_at(key, record)
     }
 
     /// Waits until every store has completed its first list.

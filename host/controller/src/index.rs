@@ -9,7 +9,8 @@
 //!   objects (`Relist`), and every key the store held before it, so a Lease deleted while the
 //!   watch was down is reconciled too;
 //! - a Lease event ends read-your-writes for that Lease ([`OwnWrites::observed`]), a relist for
-//!   every Lease;
+//!   every Lease; a watched renewal is timed by the controller's clock ([`Renewals`]) before its
+//!   key is enqueued;
 //! - a candidate event updates the index before its key is enqueued, so the step it triggers finds
 //!   the candidate; a renewal answering a recorded ping counts an ack ([`Pings::observe`]);
 //! - a candidate with a ping outstanding enqueues nothing: its ack will.
@@ -18,7 +19,8 @@ use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
-use conclave_core::k8s::timestamp;
+use conclave_core::k8s::{now, timestamp};
+use conclave_core::lease::LeaseRecord;
 use conclave_core::time::Timestamp;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -29,18 +31,31 @@ use prometheus_client::metrics::counter::Counter;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// Applies Lease watch events to the own-write record and enqueues their keys, until the stream
-/// ends. `store` is the reflector store the events were applied to.
-pub async fn leases<S>(events: S, store: &Store<Lease>, own_writes: &OwnWrites, queue: &WorkQueue)
-where
+/// Applies Lease watch events to the own-write record and the renewal times and enqueues their
+/// keys, until the stream ends. `store` is the reflector store the events were applied to.
+pub async fn leases<S>(
+    events: S,
+    store: &Store<Lease>,
+    own_writes: &OwnWrites,
+    renewals: &Renewals,
+    queue: &WorkQueue,
+) where
     S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
 {
     futures::pin_mut!(events);
     let mut relist = Relist::default();
     while let Some(event) = events.next().await {
         match event {
-            Ok(watcher::Event::Apply(lease) | watcher::Event::Delete(lease)) => {
+            Ok(watcher::Event::Apply(lease)) => {
                 if let Some(key) = LeaseKey::of_lease(&lease) {
+                    renewals.watched(&key, &lease, now());
+                    own_writes.observed(&key);
+                    queue.add(key);
+                }
+            }
+            Ok(watcher::Event::Delete(lease)) => {
+                if let Some(key) = LeaseKey::of_lease(&lease) {
+                    renewals.deleted(&key);
                     own_writes.observed(&key);
                     queue.add(key);
                 }
@@ -48,13 +63,100 @@ where
             Ok(watcher::Event::Init) => {
                 relist.start(store.state().iter().map(|l| LeaseKey::of_lease(l)));
             }
-            Ok(watcher::Event::InitApply(lease)) => relist.add(LeaseKey::of_lease(&lease)),
+            Ok(watcher::Event::InitApply(lease)) => {
+                let key = LeaseKey::of_lease(&lease);
+                if let Some(key) = &key {
+                    renewals.listed(key, &lease);
+                }
+                relist.add(key);
+            }
             Ok(watcher::Event::InitDone) => {
                 own_writes.relisted();
                 relist.finish(queue);
             }
             Err(error) => tracing::warn!(%error, "watching Leases"),
         }
+    }
+}
+
+/// When this controller watched each Lease's current renewal (holder and `renewTime`) arrive, by
+/// its own clock: what `LeaseRecord::observed_renewal` is filled from, so that expiry is judged
+/// from the moment of observation as client-go does, not only from the holder's timestamps.
+#[derive(Debug, Default)]
+pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
+
+/// One Lease's current renewal and when it was watched arriving (`None`: listed, not watched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Renewal {
+    holder: Option<String>,
+    renew_time: Option<Timestamp>,
+    seen_at: Option<Timestamp>,
+}
+
+impl Renewals {
+    /// A watch event delivered `lease` at `now`: a new renewal is timed now; any other change
+    /// (a `preferredHolder`, a strategy) keeps the time of the renewal it carries.
+    pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
+        let (holder, renew_time) = Self::renewal_of(lease);
+        let mut renewals = lock(&self.0);
+        let renewal = renewals.entry(key.clone()).or_insert_with(|| Renewal {
+            holder: None,
+            renew_time: None,
+            seen_at: None,
+        });
+        if renewal.holder != holder || renewal.renew_time != renew_time {
+            *renewal = Renewal {
+                holder,
+                renew_time,
+                seen_at: Some(now),
+            };
+        }
+    }
+
+    /// A relist delivered `lease`: a renewal already watched keeps its time, a new one gets none
+    /// (it arrived while the watch was down, at an unknown moment).
+    pub fn listed(&self, key: &LeaseKey, lease: &Lease) {
+        let (holder, renew_time) = Self::renewal_of(lease);
+        let mut renewals = lock(&self.0);
+        let known = renewals
+            .get(key)
+            .is_some_and(|r| r.holder == holder && r.renew_time == renew_time);
+        if !known {
+            renewals.insert(
+                key.clone(),
+                Renewal {
+                    holder,
+                    renew_time,
+                    seen_at: None,
+                },
+            );
+        }
+    }
+
+    /// The Lease was deleted.
+    pub fn deleted(&self, key: &LeaseKey) {
+        lock(&self.0).remove(key);
+    }
+
+    /// When the renewal `record` carries was watched arriving; `None` if it was not, or if the
+    /// record is not the renewal last watched (a newer write of this controller's own).
+    #[must_use]
+    pub fn seen_at(&self, key: &LeaseKey, record: &LeaseRecord) -> Option<Timestamp> {
+        let renewals = lock(&self.0);
+        let renewal = renewals.get(key)?;
+        (renewal.holder.as_deref() == record.holder_identity.as_deref()
+            && renewal.renew_time == record.renew_time)
+            .then_some(renewal.seen_at)
+            .flatten()
+    }
+
+    fn renewal_of(lease: &Lease) -> (Option<String>, Option<Timestamp>) {
+        let spec = lease.spec.as_ref();
+        (
+            spec.and_then(|s| s.holder_identity.clone()),
+            spec.and_then(|s| s.renew_time.as_ref())
+                .map(|t| timestamp(t.0)),
+        )
     }
 }
 
@@ -326,6 +428,7 @@ mod tests {
             reflector::reflector(writer, stream::iter(events.into_iter().map(Ok))),
             &store,
             &own,
+            &Renewals::default(),
             &queue,
         )
         .await;
@@ -360,7 +463,7 @@ mod tests {
                 }
             });
         own.begin(key("ns", "a")).succeeded(&lease("ns", "a", "0"));
-        leases(stream, &store, &own, &queue).await;
+        leases(stream, &store, &own, &Renewals::default(), &queue).await;
         assert_eq!(seen, [0, 1], "nothing is enqueued before a relist is done");
         assert_eq!(
             drain(&queue).await,
@@ -464,5 +567,50 @@ mod tests {
         );
         assert_eq!(names(&index, &key("a", "m")), ["c3"]);
         assert_eq!(index.lease_of.len(), 2);
+    }
+
+    fn renewed(mut lease: Lease, holder: &str, renew: i64) -> Lease {
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some(holder.into());
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            jiff::Timestamp::from_second(renew).unwrap(),
+        ));
+        lease
+    }
+
+    #[test]
+    fn a_watched_renewal_is_timed_when_it_arrives_and_other_changes_keep_that_time() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let first = renewed(lease("ns", "a", "1"), "x", 50);
+        renewals.listed(&k, &first);
+        let record = conclave_core::k8s::lease_record(&first);
+        assert_eq!(renewals.seen_at(&k, &record), None, "listed, not watched");
+
+        let second = renewed(lease("ns", "a", "2"), "x", 60);
+        renewals.watched(&k, &second, Timestamp::from_secs(100));
+        let record = conclave_core::k8s::lease_record(&second);
+        assert_eq!(
+            renewals.seen_at(&k, &record),
+            Some(Timestamp::from_secs(100))
+        );
+        // The controller sets preferredHolder: same renewal, same time.
+        let mut preempted = renewed(lease("ns", "a", "3"), "x", 60);
+        preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
+        renewals.watched(&k, &preempted, Timestamp::from_secs(105));
+        assert_eq!(
+            renewals.seen_at(&k, &record),
+            Some(Timestamp::from_secs(100))
+        );
+        // A relist of the same renewal keeps it; a record of another renewal has no time.
+        renewals.listed(&k, &preempted);
+        assert_eq!(
+            renewals.seen_at(&k, &record),
+            Some(Timestamp::from_secs(100))
+        );
+        let other = conclave_core::k8s::lease_record(&renewed(lease("ns", "a", "4"), "x", 70));
+        assert_eq!(renewals.seen_at(&k, &other), None);
+        renewals.deleted(&k);
+        assert_eq!(renewals.seen_at(&k, &record), None);
     }
 }

@@ -103,7 +103,11 @@ async fn step(
     lease_obj: Option<&Lease>,
 ) -> Result<(Next, Progress), StepError> {
     let now = now();
-    let lease = lease_obj.map(lease_record);
+    let lease = lease_obj.map(|lease| {
+        let mut record = lease_record(lease);
+        record.observed_renewal = ctx.caches.observed_renewal(key, &record);
+        record
+    });
     let candidates = valid_candidates(ctx, key);
     let plan = {
         let decider = &ctx.decider;

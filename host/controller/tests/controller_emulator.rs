@@ -632,15 +632,22 @@ async fn a_follower_takes_over_when_the_active_replica_shuts_down() {
     second.stop().await;
 }
 
-/// Renews `name` as `identity` every `every` (duration 10 s), as a leading component does, until
-/// stopped; returns the last renewal's wall time on stop.
+/// Renews `name` as `identity` every `every` (duration 10 s), as a leading component does, with
+/// its clock `behind` the controller's, until stopped; returns the last renewal's wall time on
+/// stop.
 struct Renewer {
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<jiff::Timestamp>,
 }
 
 impl Renewer {
-    fn start(api: Api<Lease>, name: &str, identity: &str, every: Duration) -> Self {
+    fn start(
+        api: Api<Lease>,
+        name: &str,
+        identity: &str,
+        every: Duration,
+        behind: jiff::SignedDuration,
+    ) -> Self {
         let stop = tokio_util::sync::CancellationToken::new();
         let (name, identity, token) = (name.to_owned(), identity.to_owned(), stop.clone());
         let task = tokio::spawn(async move {
@@ -658,7 +665,7 @@ impl Renewer {
                     continue;
                 }
                 let now = jiff::Timestamp::now();
-                spec.renew_time = Some(micro(now));
+                spec.renew_time = Some(micro(now - behind));
                 spec.lease_duration_seconds = Some(10);
                 if api
                     .replace(&name, &PostParams::default(), &lease)
@@ -696,7 +703,13 @@ async fn a_crashed_best_leader_is_replaced_at_lease_expiry_not_an_ack_window_lat
         r.holder() == Some("best")
     })
     .await;
-    let renewer = Renewer::start(leases.clone(), "crash", "best", Duration::from_secs(1));
+    let renewer = Renewer::start(
+        leases.clone(),
+        "crash",
+        "best",
+        Duration::from_secs(1),
+        jiff::SignedDuration::ZERO,
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // SIGKILL of the leader: no more renewals, no more ping answers, its LeaseCandidate stays.
@@ -734,7 +747,13 @@ async fn a_leader_renewing_late_but_in_time_keeps_its_lease() {
     })
     .await;
     let audit = HolderAudit::start(leases.clone(), "late");
-    let renewer = Renewer::start(leases.clone(), "late", "slow", Duration::from_secs(7));
+    let renewer = Renewer::start(
+        leases.clone(),
+        "late",
+        "slow",
+        Duration::from_secs(7),
+        jiff::SignedDuration::ZERO,
+    );
     tokio::time::sleep(Duration::from_secs(24)).await;
     let spec = leases.get("late").await.unwrap().spec.unwrap_or_default();
     assert_eq!(spec.holder_identity.as_deref(), Some("slow"));
@@ -755,4 +774,50 @@ async fn a_leader_renewing_late_but_in_time_keeps_its_lease() {
         "the overdue holder's candidate was pinged"
     );
     renewer.crash().await;
+}
+
+/// A live legacy holder (no LeaseCandidate) whose clock runs 12 s behind the controller's writes
+/// `renewTime`s that look expired on arrival (10 s Lease). Judged by when the controller saw each
+/// renewal arrive, as client-go judges, its Lease is not expired, and it keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_holder_whose_clock_runs_behind_is_not_replaced() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    create_lease(
+        &leases,
+        "skewed",
+        LeaseSpec {
+            holder_identity: Some("legacy".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(micro(jiff::Timestamp::now())),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    let renewer = Renewer::start(
+        leases.clone(),
+        "skewed",
+        "legacy",
+        Duration::from_secs(1),
+        jiff::SignedDuration::from_secs(12),
+    );
+    let audit = HolderAudit::start(leases.clone(), "skewed");
+    let mut cfg = config(NS, "c1");
+    cfg.lease_duration_seconds = 10;
+    let _controller = start(client.clone(), cfg);
+    let _c = candidate(&client, "c", "skewed", "1.31.0", "1.31.0", OEV).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let spec = leases.get("skewed").await.unwrap().spec.unwrap_or_default();
+    assert_eq!(
+        spec.holder_identity.as_deref(),
+        Some("legacy"),
+        "changes: {:?}",
+        audit.changes()
+    );
+    // Once it stops renewing, its Lease expires by the controller's clock and c is elected.
+    renewer.crash().await;
+    wait_lease(&leases, "skewed", "c elected after the expiry", |r| {
+        r.holder() == Some("c")
+    })
+    .await;
 }
