@@ -8,9 +8,9 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
 use conclave_testkit::{CandidateResponder, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, HolderAudit, HolderWrites, NS, WAIT, candidate, config, create_lease,
-    emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start, wait_event,
-    wait_lease,
+    CoordinatedHolder, HolderAudit, HolderWrites, NS, Renewer, WAIT, candidate, config,
+    create_lease, emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start,
+    wait_event, wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -630,59 +630,6 @@ async fn a_follower_takes_over_when_the_active_replica_shuts_down() {
     })
     .await;
     second.stop().await;
-}
-
-/// Renews `name` as `identity` every `every` (duration 10 s), as a leading component does, with
-/// its clock `behind` the controller's, until stopped; returns the last renewal's wall time on
-/// stop.
-struct Renewer {
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<jiff::Timestamp>,
-}
-
-impl Renewer {
-    fn start(
-        api: Api<Lease>,
-        name: &str,
-        identity: &str,
-        every: Duration,
-        behind: jiff::SignedDuration,
-    ) -> Self {
-        let stop = tokio_util::sync::CancellationToken::new();
-        let (name, identity, token) = (name.to_owned(), identity.to_owned(), stop.clone());
-        let task = tokio::spawn(async move {
-            let mut last = jiff::Timestamp::now();
-            loop {
-                tokio::select! {
-                    () = token.cancelled() => return last,
-                    () = tokio::time::sleep(every) => {}
-                }
-                let Ok(Some(mut lease)) = api.get_opt(&name).await else {
-                    continue;
-                };
-                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-                if spec.holder_identity.as_deref() != Some(identity.as_str()) {
-                    continue;
-                }
-                let now = jiff::Timestamp::now();
-                spec.renew_time = Some(micro(now - behind));
-                spec.lease_duration_seconds = Some(10);
-                if api
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
-                    .is_ok()
-                {
-                    last = now;
-                }
-            }
-        });
-        Self { stop, task }
-    }
-
-    async fn crash(self) -> jiff::Timestamp {
-        self.stop.cancel();
-        self.task.await.expect("renewer joins")
-    }
 }
 
 /// Crash failover when the dead leader was the best candidate: its LeaseCandidate lingers and

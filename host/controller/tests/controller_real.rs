@@ -14,7 +14,7 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_engine::{Engine, EngineConfig};
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, LeaseWrite, LeaseWrites, candidate_in, config, create_lease, start,
+    CoordinatedHolder, LeaseWrite, LeaseWrites, Renewer, candidate_in, config, create_lease, start,
     wait_event, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -674,4 +674,54 @@ async fn conclave_elects_whom_the_builtin_controller_elects() {
         "kube-schedulers: the same instance (by emulated version and start order)"
     );
     cp.check_running().unwrap();
+}
+
+/// Crash failover on the real server when the dead leader was the best candidate (as on the
+/// emulator, `a_crashed_best_leader_is_replaced_at_lease_expiry_not_an_ack_window_later`): its
+/// LeaseCandidate lingers and never answers, and the next leader is written about when the 10 s
+/// Lease expires, not an ack window (4 s) later.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_best_leader_is_replaced_at_lease_expiry() {
+    let Some(cp) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    let _hold = cp
+        .hold_builtin_controller_lease()
+        .await
+        .expect("built-in controller passive");
+    let client = cp.client().await.unwrap();
+    let ns = cp.namespace("crash").await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let mut cfg = config(&ns, "conclave-real");
+    cfg.controller_namespace = ns.clone();
+    cfg.ack_window = Duration::from_secs(4);
+    cfg.lease_duration_seconds = 10;
+    let _controller = start(client.clone(), cfg);
+    let best = candidate_in(&client, &ns, "best", "crash", "1.37.0", "1.36.0", OEV).await;
+    let _next = candidate_in(&client, &ns, "next", "crash", "1.37.0", "1.37.0", OEV).await;
+    wait_lease(&leases, "crash", "best elected", |r| {
+        r.holder() == Some("best")
+    })
+    .await;
+    let renewer = Renewer::start(
+        leases.clone(),
+        "crash",
+        "best",
+        Duration::from_secs(1),
+        jiff::SignedDuration::ZERO,
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    best.stop();
+    let last_renewal = renewer.crash().await;
+    wait_lease(&leases, "crash", "next elected", |r| {
+        r.holder() == Some("next")
+    })
+    .await;
+    let failover = jiff::Timestamp::now().duration_since(last_renewal);
+    eprintln!("next leader written {failover:#} after the last renewal (10 s Lease, real server)");
+    assert!(
+        failover < jiff::SignedDuration::from_secs(14),
+        "next leader written {failover:#} after the last renewal; lease + ack window is 14 s"
+    );
 }

@@ -643,3 +643,58 @@ pub async fn wait_candidate(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// Renews `name` as `identity` every `every` (duration 10 s), as a leading component does, with
+/// its clock `behind` the controller's, until stopped; returns the last renewal's wall time on
+/// stop.
+pub struct Renewer {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<jiff::Timestamp>,
+}
+
+impl Renewer {
+    pub fn start(
+        api: Api<Lease>,
+        name: &str,
+        identity: &str,
+        every: Duration,
+        behind: jiff::SignedDuration,
+    ) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (name, identity, token) = (name.to_owned(), identity.to_owned(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut last = jiff::Timestamp::now();
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => return last,
+                    () = tokio::time::sleep(every) => {}
+                }
+                let Ok(Some(mut lease)) = api.get_opt(&name).await else {
+                    continue;
+                };
+                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+                if spec.holder_identity.as_deref() != Some(identity.as_str()) {
+                    continue;
+                }
+                let now = jiff::Timestamp::now();
+                spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    now - behind,
+                ));
+                spec.lease_duration_seconds = Some(10);
+                if api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+                    .is_ok()
+                {
+                    last = now;
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    pub async fn crash(self) -> jiff::Timestamp {
+        self.stop.cancel();
+        self.task.await.expect("renewer joins")
+    }
+}
