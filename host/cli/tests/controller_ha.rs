@@ -91,8 +91,13 @@ impl Drop for ControllerProcess {
 async fn wait_warm_follower(addr: std::net::SocketAddr) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let body = scrape(addr).await;
-        if http_get(addr, "/readyz").await.0.contains("200") && body.contains("conclave_active 0") {
+        let metrics = scrape(addr).await;
+        let (status, readiness) = http_get(addr, "/readyz").await;
+        // A standby is ready: its caches are synced and it watches the controller's Lease.
+        if status.contains("200")
+            && readiness.trim() == "ok: standby"
+            && metrics.contains("conclave_active 0")
+        {
             return;
         }
         assert!(Instant::now() < deadline, "the follower never became ready");
