@@ -41,6 +41,27 @@ pub struct StepConfig {
     pub mode: Mode,
 }
 
+/// When the first and the last of a Lease's candidates were seen arriving, by the controller's
+/// clock (candidates it found already there when it started are not counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrivals {
+    /// The first arrival.
+    pub first: Timestamp,
+    /// The last arrival.
+    pub last: Timestamp,
+}
+
+/// How long the first election of a Lease waits after each arrival of a candidate for the next
+/// one: candidates registered in one batch (replicas of a Deployment starting together, or
+/// objects created in one go) arrive a few milliseconds apart, and electing the first to arrive
+/// would start a term only to pre-empt it a moment later. A lone candidate is elected this much
+/// later than at once.
+pub const SETTLE_GAP: Duration = Duration::from_millis(30);
+
+/// The longest the first election of a Lease waits for candidates to settle, counted from the
+/// first arrival, however many keep arriving.
+pub const SETTLE_MAX: Duration = Duration::from_millis(200);
+
 /// Everything one step reads: snapshots and the time, no I/O.
 #[derive(Clone, Copy)]
 pub struct StepInput<'a> {
@@ -61,6 +82,8 @@ pub struct StepInput<'a> {
     pub builtin_active: bool,
     /// The strategies a loaded plugin implements.
     pub has_strategy: &'a dyn Fn(&str) -> bool,
+    /// When the candidates were seen arriving (`None`: not known, as for a prediction).
+    pub arrivals: Option<Arrivals>,
 }
 
 impl core::fmt::Debug for StepInput<'_> {
@@ -73,6 +96,7 @@ impl core::fmt::Debug for StepInput<'_> {
             .field("now", &self.now)
             .field("config", &self.config)
             .field("builtin_active", &self.builtin_active)
+            .field("arrivals", &self.arrivals)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +139,13 @@ pub enum SkipReason {
         /// The strategy.
         strategy: String,
     },
+    /// The Lease does not exist yet and its candidates are still arriving: the first election
+    /// waits for the batch ([`SETTLE_GAP`], at most [`SETTLE_MAX`]) so that its first holder is
+    /// the best of the batch, not the first to arrive.
+    Settling {
+        /// The strategy.
+        strategy: String,
+    },
     /// Every candidate was pinged and never acked; wait for one to renew.
     AllUnresponsive {
         /// The strategy.
@@ -130,7 +161,9 @@ impl SkipReason {
         match self {
             Self::NoCandidates | Self::NotHandled { .. } => Some(false),
             Self::Conflict(_) => None,
-            Self::UnknownStrategy { .. } | Self::AllUnresponsive { .. } => Some(true),
+            Self::UnknownStrategy { .. }
+            | Self::AllUnresponsive { .. }
+            | Self::Settling { .. } => Some(true),
         }
     }
 }
@@ -251,6 +284,9 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     if !(input.has_strategy)(&strategy) {
         return skip(SkipReason::UnknownStrategy { strategy }, None);
     }
+    if let Some(settled) = settles_at(input.lease, input.arrivals).filter(|at| *at > now) {
+        return skip(SkipReason::Settling { strategy }, Some(settled));
+    }
     let pool = considered(&candidates, now, config.ack_window);
     if pool.is_empty() {
         return skip(
@@ -280,6 +316,19 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
         ack_window: config.ack_window,
         lease_duration_seconds: config.lease_duration_seconds,
     }))
+}
+
+/// When the first election of a missing Lease may run: [`SETTLE_GAP`] after the last arrival of a
+/// candidate, and no later than [`SETTLE_MAX`] after the first. `None` once the Lease exists
+/// (a holder is then replaced through pre-emption, and failovers must not wait) or when no
+/// arrival was seen.
+#[must_use]
+pub fn settles_at(lease: Option<&LeaseRecord>, arrivals: Option<Arrivals>) -> Option<Timestamp> {
+    if lease.is_some() {
+        return None;
+    }
+    let arrivals = arrivals?;
+    Some((arrivals.last + SETTLE_GAP).min(arrivals.first + SETTLE_MAX))
 }
 
 impl Election {
@@ -438,7 +487,47 @@ mod tests {
             config: config(mode),
             builtin_active,
             has_strategy: &|s: &str| s == OEV || s == TP,
+            arrivals: None,
         }
+    }
+
+    #[test]
+    fn the_first_election_of_a_missing_lease_waits_for_its_batch_of_candidates() {
+        let candidates = [fresh("a"), fresh("b")];
+        let ms = |n: u64| at(NOW) + Duration::from_millis(n);
+        let arriving = |first: u64, last: u64, now: u64| {
+            let mut input = input(None, &candidates, Mode::All, false);
+            input.now = ms(now);
+            input.arrivals = Some(Arrivals {
+                first: ms(first),
+                last: ms(last),
+            });
+            plan_step(&input)
+        };
+        let settling = |recheck: u64| {
+            Plan::Skip(Skip {
+                reason: SkipReason::Settling {
+                    strategy: OEV.into(),
+                },
+                recheck_at: Some(ms(recheck)),
+            })
+        };
+        assert_eq!(arriving(0, 10, 20), settling(40), "30 ms after the last arrival");
+        assert!(matches!(arriving(0, 10, 40), Plan::Decide(_)), "settled");
+        assert_eq!(
+            arriving(0, 190, 195),
+            settling(200),
+            "at most 200 ms after the first"
+        );
+        assert!(matches!(arriving(0, 199, 200), Plan::Decide(_)));
+        // A Lease that exists elects at once: a failover or a pre-emption never waits.
+        let held = lease(Some(""), NOW - 1, None);
+        let mut input = input(Some(&held), &candidates, Mode::All, false);
+        input.arrivals = Some(Arrivals {
+            first: at(NOW),
+            last: at(NOW),
+        });
+        assert!(matches!(plan_step(&input), Plan::Decide(_)));
     }
 
     /// Runs both phases, the strategy answering `answer`, and sums the result up in one line.
@@ -451,6 +540,7 @@ mod tests {
                     SkipReason::NotHandled { strategy } => format!("skip: not handled {strategy}"),
                     SkipReason::UnknownStrategy { strategy } => format!("skip: unknown {strategy}"),
                     SkipReason::AllUnresponsive { .. } => "skip: all unresponsive".into(),
+                    SkipReason::Settling { .. } => "skip: settling".into(),
                 };
             }
             Plan::Decide(election) => election,

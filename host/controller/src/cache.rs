@@ -157,7 +157,14 @@ impl Caches {
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
     }
 
-    /// The cached candidates of a Lease.
+    /// When the first and the last of a Lease's candidates were watched arriving (see
+    /// [`CandidateIndex`]).
+    #[must_use]
+    pub fn arrivals(&self, lease: &LeaseKey) -> Option<conclave_core::step::Arrivals> {
+        lock(&self.scope(&lease.namespace)?.index).arrivals(lease)
+    }
+
+    /// The cached candidates of `lease`.
     #[must_use]
     pub fn candidates_for(&self, lease: &LeaseKey) -> Vec<Arc<LeaseCandidate>> {
         let Some(scope) = self.scope(&lease.namespace) else {

@@ -177,11 +177,11 @@ pub async fn candidates<S>(
     while let Some(event) = events.next().await {
         let (candidate, relisted) = match event {
             Ok(watcher::Event::Apply(c)) => {
-                lock(index).apply(&c);
+                lock(index).watched(&c, now());
                 (c, false)
             }
             Ok(watcher::Event::Delete(c)) => {
-                lock(index).remove(&c);
+                lock(index).deleted(&c);
                 (c, false)
             }
             Ok(watcher::Event::InitApply(c)) => (c, true),
@@ -255,15 +255,54 @@ impl Relist {
 /// scanning every cached candidate. [`candidates`] updates it after the store and before it
 /// enqueues the event's Lease key; a step that runs in between reads one event late and is
 /// followed by the step that key triggers.
+///
+/// It also keeps when each candidate was first watched arriving (by the controller's clock), so
+/// that the first election of a Lease can wait for a batch of candidates to finish arriving
+/// (`conclave_core::step::Arrivals`).
 #[derive(Default)]
 pub struct CandidateIndex {
     /// Lease -> names of its candidates (in the Lease's namespace).
     by_lease: HashMap<LeaseKey, HashSet<String>>,
     /// Candidate -> its Lease.
     lease_of: HashMap<CandidateKey, LeaseKey>,
+    /// Candidate -> when a watch event first delivered it (not a list: candidates listed at start
+    /// arrived at an unknown time, long ago as far as an election is concerned).
+    arrived: HashMap<CandidateKey, Timestamp>,
 }
 
 impl CandidateIndex {
+    /// A watch event delivered the candidate at `now`: recorded, and its arrival too if it is new.
+    fn watched(&mut self, candidate: &LeaseCandidate, now: Timestamp) {
+        self.apply(candidate);
+        if let Some(id) = CandidateKey::of(candidate) {
+            self.arrived.entry(id).or_insert(now);
+        }
+    }
+
+    /// When the first and the last of `lease`'s candidates that were watched arriving arrived;
+    /// `None` when none was.
+    #[must_use]
+    pub fn arrivals(&self, lease: &LeaseKey) -> Option<conclave_core::step::Arrivals> {
+        let names = self.by_lease.get(lease)?;
+        let times = names.iter().filter_map(|name| {
+            self.arrived
+                .get(&CandidateKey::new(&lease.namespace, name))
+                .copied()
+        });
+        times.fold(None, |span, at| {
+            Some(match span {
+                None => conclave_core::step::Arrivals {
+                    first: at,
+                    last: at,
+                },
+                Some(span) => conclave_core::step::Arrivals {
+                    first: span.first.min(at),
+                    last: span.last.max(at),
+                },
+            })
+        })
+    }
+
     /// Records the candidate as it is now (its Lease may have changed).
     fn apply(&mut self, candidate: &LeaseCandidate) {
         self.remove(candidate);
@@ -280,7 +319,15 @@ impl CandidateIndex {
         self.lease_of.insert(id, lease);
     }
 
-    /// Forgets the candidate.
+    /// Forgets the candidate (a deletion).
+    fn deleted(&mut self, candidate: &LeaseCandidate) {
+        self.remove(candidate);
+        if let Some(id) = CandidateKey::of(candidate) {
+            self.arrived.remove(&id);
+        }
+    }
+
+    /// Takes the candidate out of the Lease it was indexed under.
     fn remove(&mut self, candidate: &LeaseCandidate) {
         let Some(id) = CandidateKey::of(candidate) else {
             return;
@@ -296,13 +343,16 @@ impl CandidateIndex {
         }
     }
 
-    /// Rebuilds the index from a whole store (after a relist).
+    /// Rebuilds the index from a whole store (after a relist); arrivals of candidates no longer
+    /// there are forgotten.
     fn rebuild(&mut self, candidates: &[Arc<LeaseCandidate>]) {
         self.by_lease.clear();
         self.lease_of.clear();
         for candidate in candidates {
             self.apply(candidate);
         }
+        let lease_of = &self.lease_of;
+        self.arrived.retain(|id, _| lease_of.contains_key(id));
     }
 
     /// The names of the candidates of `lease`.

@@ -121,6 +121,7 @@ async fn step(
             config: ctx.config.step_config(),
             builtin_active: ctx.builtin_active(),
             has_strategy: &has_strategy,
+            arrivals: ctx.caches.arrivals(key),
         })
     };
     let election = match plan {
@@ -268,6 +269,9 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
         }
         SkipReason::AllUnresponsive { .. } => {
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
+        }
+        SkipReason::Settling { .. } => {
+            tracing::debug!("candidates of a new Lease are still arriving; electing once they settle");
         }
     }
 }

@@ -390,6 +390,8 @@ fn predict(
         config: options.step_config(),
         builtin_active: options.builtin_active,
         has_strategy: &has_strategy,
+        // A prediction shows whom the election picks, not when.
+        arrivals: None,
     });
     let lease_strategy = record.and_then(LeaseRecord::strategy);
     let source = |strategy: String| {
@@ -423,6 +425,10 @@ fn predict(
                 SkipReason::AllUnresponsive { strategy } => {
                     (source(strategy), Pick::AllUnresponsive)
                 }
+                SkipReason::Settling { strategy } => (
+                    source(strategy),
+                    Pick::Unavailable("its candidates are still arriving".into()),
+                ),
             };
         }
         Plan::Decide(election) => election,
