@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 rustup target add wasm32-wasip2 >/dev/null
-for prepare in .ci/prepare-kube.sh .ci/prepare-helm.sh .ci/prepare-static.sh; do
+for prepare in .ci/prepare-kube.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh; do
   if [ -f "$prepare" ]; then bash "$prepare"; fi
 done
 
@@ -17,6 +17,7 @@ done
 # their absence is a bug.
 export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_KUBECTL=1 CONCLAVE_REQUIRE_BIN=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
+export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
 
 echo "== strategy plugins (wasm32-wasip2)"
 (cd strategies && cargo build --target wasm32-wasip2 --release)
