@@ -1,58 +1,66 @@
-//! The controller image, checked without a container runtime.
+//! The controller image: how `deploy/Dockerfile` is put together, and the image
+//! `deploy/build-image.sh` built from it, run with podman.
 //!
-//! This machine has no container engine and reaches no image registry, so `docker build` cannot
-//! run here. What can be checked is everything the image consists of: the static binary that
-//! `deploy/build-static.sh` builds (the Dockerfile's builder stage runs the same script), and the
-//! Dockerfile's final stage (its `COPY`, `USER`, `ENV`, `ENTRYPOINT` and `CMD`), applied to a
-//! root filesystem laid out like `distroless/static:nonroot`: no shell, no libc, CA certificates
-//! and the `nonroot` user. [`Sandbox`] runs a command in that root as a container runtime would:
-//! in its own mount namespace, as the image's (or the pod's) user, with a read-only root, a
-//! private environment and the volumes a pod mounts.
+//! `.ci/prepare-image.sh` builds the image (`localhost/conclave:dev`, or `$CONCLAVE_IMAGE`) from
+//! the static binary `.ci/prepare-static.sh` built, on distroless/static or, with no registry
+//! reachable, on the equivalent the script assembles; the final stage is the Dockerfile's either
+//! way. The tests run that image as a container runtime runs it, not a model of it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::{Error, repo_root};
+use crate::{CommandOutput, Error, repo_root};
 
-/// Environment variable naming the static binary to put in the image (.ci/test-all.sh sets
-/// it after running `deploy/build-static.sh`).
+/// Environment variable naming the static binary (.ci/test-all.sh sets it after running
+/// `deploy/build-static.sh`).
 pub const STATIC_BINARY_ENV: &str = "CONCLAVE_STATIC_BINARY";
-/// Where `deploy/build-static.sh` installs the binary by default.
+/// Where `deploy/build-static.sh` installs the binary by default, and where the Dockerfile's
+/// `prebuilt` stage takes it from.
 pub const DEFAULT_STATIC_BINARY: &str = "target/static/conclave";
-/// What the Dockerfile's builder stage produces and its final stage copies.
-const BUILDER_OUTPUT: &str = "/out/conclave";
+/// Environment variable naming the image to run (.ci/test-all.sh sets it).
+pub const IMAGE_ENV: &str = "CONCLAVE_IMAGE";
+/// The image `.ci/prepare-image.sh` and `deploy/build-image.sh` tag by default.
+pub const DEFAULT_IMAGE: &str = "localhost/conclave:dev";
+/// Environment variable holding podman's global flags, split on whitespace (the same variable
+/// `deploy/build-image.sh` reads, so the tests look in the storage the image was built into).
+pub const PODMAN_FLAGS_ENV: &str = "CONCLAVE_PODMAN_FLAGS";
+/// The base image the Dockerfile names by default.
+pub const DISTROLESS_NONROOT: &str = "gcr.io/distroless/static-debian12:nonroot";
 /// The user distroless' `nonroot` images run as.
-const NONROOT: u32 = 65532;
-
-/// The runtime configuration of the image, read from the Dockerfile's final stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageConfig {
-    /// The base image of the final stage.
-    pub base: String,
-    /// `COPY --from=...` lines: (stage, source in that stage, destination in the image).
-    pub copies: Vec<(String, String, String)>,
-    /// `USER`, as uid and gid.
-    pub user: (u32, u32),
-    /// `ENV` settings, in order.
-    pub env: Vec<(String, String)>,
-    /// `ENTRYPOINT`, exec form.
-    pub entrypoint: Vec<String>,
-    /// `CMD`, exec form.
-    pub cmd: Vec<String>,
-    /// `EXPOSE`d ports.
-    pub exposed: Vec<u16>,
-    /// The whole text of the builder stages, for checks on how the binary is built.
-    pub builder_text: String,
-}
+pub const NONROOT: u32 = 65532;
+/// Where the builder stages leave the binary and the final stage copies it from.
+pub const BUILDER_OUTPUT: &str = "/out/conclave";
+/// Where a kubelet mounts a pod's ServiceAccount token, CA and namespace.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// `deploy/Dockerfile`.
 pub fn dockerfile_path() -> PathBuf {
     repo_root().join("deploy/Dockerfile")
 }
 
-impl ImageConfig {
+/// `deploy/Dockerfile` as stages: its global `ARG` defaults and each `FROM` with the
+/// instructions under it (comments dropped, `\` continuations joined).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dockerfile {
+    /// Global `ARG NAME=default` lines, before the first `FROM`.
+    pub args: Vec<(String, String)>,
+    /// The stages, in order; the last one is the image.
+    pub stages: Vec<Stage>,
+}
+
+/// One `FROM` of a Dockerfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    /// What it is built on, as written (`${NAME}` unresolved).
+    pub from: String,
+    /// Its `AS` name.
+    pub name: Option<String>,
+    /// Its instructions after the `FROM`, one logical line each.
+    pub instructions: Vec<String>,
+}
+
+impl Dockerfile {
     /// Reads and parses `deploy/Dockerfile`.
-    pub fn from_dockerfile() -> Result<Self, Error> {
+    pub fn read() -> Result<Self, Error> {
         let path = dockerfile_path();
         let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
             context: format!("reading {}", path.display()),
@@ -61,79 +69,84 @@ impl ImageConfig {
         Self::parse(&text)
     }
 
-    /// Parses a Dockerfile's final stage. Only the instructions an image configuration is made
-    /// of are understood there; any other instruction in the final stage is an error, so a new
-    /// one cannot slip past these checks unexamined.
+    /// Parses a Dockerfile into its global arguments and stages.
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let instructions = logical_lines(text);
-        let last_from = instructions
-            .iter()
-            .rposition(|line| keyword(line) == "FROM")
-            .ok_or_else(|| unexpected("the Dockerfile has no FROM"))?;
-        let builder_text = instructions[..last_from].join("\n");
-        let base = rest(&instructions[last_from])
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let mut config = Self {
-            base,
-            copies: Vec::new(),
-            user: (0, 0),
-            env: Vec::new(),
-            entrypoint: Vec::new(),
-            cmd: Vec::new(),
-            exposed: Vec::new(),
-            builder_text,
+        let mut dockerfile = Self {
+            args: Vec::new(),
+            stages: Vec::new(),
         };
-        for line in &instructions[last_from + 1..] {
-            let args = rest(line);
-            match keyword(line).as_str() {
-                "COPY" => config.copies.push(parse_copy(args)?),
-                "USER" => config.user = parse_user(args)?,
-                "ENV" => config.env.extend(parse_env(args)?),
-                "ENTRYPOINT" => config.entrypoint = parse_exec_form(args)?,
-                "CMD" => config.cmd = parse_exec_form(args)?,
-                "EXPOSE" => {
-                    for port in args.split_whitespace() {
-                        let number = port.trim_end_matches("/tcp");
-                        config.exposed.push(
-                            number
-                                .parse()
-                                .map_err(|_| unexpected(format!("EXPOSE {port}")))?,
-                        );
-                    }
+        for line in logical_lines(text) {
+            let (keyword, rest) = split_instruction(&line);
+            match (keyword.as_str(), dockerfile.stages.last_mut()) {
+                ("FROM", _) => {
+                    let words: Vec<&str> = rest.split_whitespace().collect();
+                    let (from, name) = match words.as_slice() {
+                        [from] => (*from, None),
+                        [from, r#as, name] if r#as.eq_ignore_ascii_case("AS") => {
+                            (*from, Some((*name).to_owned()))
+                        }
+                        _ => return Err(unexpected(format!("FROM {rest}"))),
+                    };
+                    dockerfile.stages.push(Stage {
+                        from: from.to_owned(),
+                        name,
+                        instructions: Vec::new(),
+                    });
                 }
-                "LABEL" | "ARG" => {}
-                other => {
-                    return Err(unexpected(format!(
-                        "the final stage has a {other} instruction these checks do not model"
-                    )));
+                ("ARG", None) => {
+                    let (name, default) = rest.split_once('=').unwrap_or((rest, ""));
+                    dockerfile.args.push((name.to_owned(), default.to_owned()));
                 }
+                (_, None) => return Err(unexpected(format!("{line} before the first FROM"))),
+                (_, Some(stage)) => stage.instructions.push(line),
             }
         }
-        Ok(config)
+        if dockerfile.stages.is_empty() {
+            return Err(unexpected("no FROM"));
+        }
+        Ok(dockerfile)
     }
 
-    /// Where the image puts the file that `COPY --from=<builder>` takes from `source`.
-    pub fn destination_of(&self, source: &str) -> Option<&str> {
-        self.copies
+    /// The default of the global `ARG name`.
+    pub fn arg(&self, name: &str) -> Option<&str> {
+        self.args
             .iter()
-            .find(|(_, from, _)| from == source)
-            .map(|(_, _, to)| to.as_str())
-    }
-
-    /// The value of an `ENV` setting.
-    pub fn env_value(&self, key: &str) -> Option<&str> {
-        self.env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
+            .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The stage named `name`.
+    pub fn stage(&self, name: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.name.as_deref() == Some(name))
+    }
+
+    /// The last stage: the image.
+    pub fn final_stage(&self) -> &Stage {
+        self.stages
+            .last()
+            .expect("parse refuses a Dockerfile without FROM")
+    }
+
+    /// `from` with a `${NAME}` argument replaced by its default.
+    pub fn resolve(&self, from: &str) -> String {
+        from.strip_prefix("${")
+            .and_then(|rest| rest.strip_suffix('}'))
+            .and_then(|name| self.arg(name))
+            .map_or_else(|| from.to_owned(), str::to_owned)
     }
 }
 
-/// The Dockerfile's instructions with comments dropped and `\` continuations joined.
+impl Stage {
+    /// The arguments of this stage's instructions of kind `keyword` (`COPY`, `RUN`, ...).
+    pub fn instructions_of<'a>(&'a self, keyword: &'a str) -> impl Iterator<Item = &'a str> {
+        self.instructions.iter().filter_map(move |line| {
+            let (kind, rest) = split_instruction(line);
+            (kind == keyword).then_some(rest)
+        })
+    }
+}
+
+/// The instructions of a Dockerfile, comments dropped and `\` continuations joined.
 fn logical_lines(text: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let mut current = String::new();
@@ -153,70 +166,26 @@ fn logical_lines(text: &str) -> Vec<String> {
             }
         }
     }
-    if !current.trim().is_empty() {
-        lines.push(current.trim().to_owned());
-    }
+    lines.push(current.trim().to_owned());
     lines.retain(|line| !line.is_empty());
     lines
 }
 
-fn keyword(line: &str) -> String {
-    line.split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_ascii_uppercase()
-}
-
-fn rest(line: &str) -> &str {
-    line.split_once(char::is_whitespace)
-        .map(|(_, rest)| rest.trim())
-        .unwrap_or_default()
+/// An instruction's keyword, upper-cased, and the rest of its line.
+fn split_instruction(line: &str) -> (String, &str) {
+    let (keyword, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    (keyword.to_ascii_uppercase(), rest.trim())
 }
 
 fn unexpected(message: impl Into<String>) -> Error {
     Error::Unexpected(format!("deploy/Dockerfile: {}", message.into()))
 }
 
-fn parse_copy(args: &str) -> Result<(String, String, String), Error> {
-    let words: Vec<&str> = args.split_whitespace().collect();
-    match words.as_slice() {
-        [from, source, destination] => {
-            let stage = from.strip_prefix("--from=").ok_or_else(|| {
-                unexpected(format!("COPY {args}: only COPY --from=STAGE is modelled"))
-            })?;
-            Ok((stage.into(), (*source).into(), (*destination).into()))
-        }
-        _ => Err(unexpected(format!(
-            "COPY {args}: expected --from=STAGE SRC DEST"
-        ))),
+fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+    Error::Io {
+        context: context.into(),
+        source,
     }
-}
-
-fn parse_user(args: &str) -> Result<(u32, u32), Error> {
-    let (user, group) = args.split_once(':').unwrap_or((args, args));
-    let number = |s: &str| {
-        s.parse::<u32>().map_err(|_| {
-            unexpected(format!(
-                "USER {args}: give numeric ids (Kubernetes' runAsNonRoot checks them)"
-            ))
-        })
-    };
-    Ok((number(user)?, number(group)?))
-}
-
-fn parse_env(args: &str) -> Result<Vec<(String, String)>, Error> {
-    args.split_whitespace()
-        .map(|pair| {
-            pair.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
-                .ok_or_else(|| unexpected(format!("ENV {args}: use the KEY=VALUE form")))
-        })
-        .collect()
-}
-
-fn parse_exec_form(args: &str) -> Result<Vec<String>, Error> {
-    serde_json::from_str(args)
-        .map_err(|e| unexpected(format!("{args}: not the JSON exec form ({e})")))
 }
 
 /// The static binary to test: `$CONCLAVE_STATIC_BINARY`, else `target/static/conclave`.
@@ -243,254 +212,14 @@ pub fn locate_static_binary() -> Result<Option<PathBuf>, Error> {
     Ok(None)
 }
 
-/// A root filesystem laid out like the image: the base's files, plus the binary where the
-/// Dockerfile copies it. Deleted on drop.
-pub struct RootFs {
-    dir: tempfile::TempDir,
-}
-
-impl RootFs {
-    /// Lays out the image of `config` with `binary` as the builder stage's output.
-    ///
-    /// The base is modelled on `gcr.io/distroless/static-debian12:nonroot`: `/etc/passwd` and
-    /// `/etc/group` with root, nobody and nonroot, the CA bundle, `/tmp` (mode 1777) and the
-    /// nonroot home directory; no shell and no libc. Mount points for `extra_dirs` are created.
-    pub fn build(config: &ImageConfig, binary: &Path, extra_dirs: &[&str]) -> Result<Self, Error> {
-        if !config.base.starts_with("gcr.io/distroless/static") {
-            return Err(unexpected(format!(
-                "final stage FROM {}: RootFs models distroless/static only",
-                config.base
-            )));
-        }
-        let destination = config
-            .destination_of(BUILDER_OUTPUT)
-            .ok_or_else(|| unexpected(format!("the final stage does not copy {BUILDER_OUTPUT}")))?;
-        let dir = tempfile::Builder::new()
-            .prefix("conclave-image-")
-            .tempdir()
-            .map_err(|source| io("creating the image root", source))?;
-        let root = dir.path();
-        let base_files = [
-            (
-                "etc/passwd",
-                "root:x:0:0:root:/root:/sbin/nologin\n\
-                 nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n\
-                 nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-            ),
-            (
-                "etc/group",
-                "root:x:0:\nnobody:x:65534:\ntty:x:5:\nstaff:x:50:\nnonroot:x:65532:\n",
-            ),
-            ("etc/nsswitch.conf", "hosts: files dns\n"),
-        ];
-        for (path, content) in base_files {
-            write(&root.join(path), content.as_bytes())?;
-        }
-        let ca = std::fs::read("/etc/ssl/certs/ca-certificates.crt")
-            .map_err(|source| io("reading this machine's CA bundle", source))?;
-        write(&root.join("etc/ssl/certs/ca-certificates.crt"), &ca)?;
-        for mount_point in ["proc", "tmp", "home/nonroot"].iter().chain(extra_dirs) {
-            let path = root.join(mount_point.trim_start_matches('/'));
-            std::fs::create_dir_all(&path)
-                .map_err(|source| io(format!("creating {}", path.display()), source))?;
-        }
-        set_mode(&root.join("tmp"), 0o1777)?;
-        std::os::unix::fs::chown(root.join("home/nonroot"), Some(NONROOT), Some(NONROOT))
-            .map_err(|source| io("chown /home/nonroot", source))?;
-        let target = root.join(destination.trim_start_matches('/'));
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|source| io(format!("creating {}", parent.display()), source))?;
-        }
-        std::fs::copy(binary, &target).map_err(|source| {
-            io(
-                format!("copying {} into the image", binary.display()),
-                source,
-            )
-        })?;
-        set_mode(&target, 0o755)?;
-        // Whoever runs the image reads its root, but owns none of it.
-        set_mode(root, 0o755)?;
-        Ok(Self { dir })
-    }
-
-    /// The root directory.
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-fn io(context: impl Into<String>, source: std::io::Error) -> Error {
-    Error::Io {
-        context: context.into(),
-        source,
-    }
-}
-
-fn write(path: &Path, content: &[u8]) -> Result<(), Error> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|source| io(format!("creating {}", parent.display()), source))?;
-    }
-    std::fs::write(path, content)
-        .map_err(|source| io(format!("writing {}", path.display()), source))
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|source| io(format!("chmod {}", path.display()), source))
-}
-
-/// A volume mounted into the sandbox.
-#[derive(Debug, Clone)]
-pub enum Volume {
-    /// An empty, writable tmpfs (a pod's `emptyDir`).
-    Empty {
-        /// Where it is mounted.
-        at: String,
-    },
-    /// A host directory mounted read-only (a Secret, ConfigMap or projected volume).
-    ReadOnly {
-        /// The directory on this machine.
-        source: PathBuf,
-        /// Where it is mounted.
-        at: String,
-    },
-}
-
-impl Volume {
-    fn mount_point(&self) -> &str {
-        match self {
-            Self::Empty { at } | Self::ReadOnly { at, .. } => at,
-        }
-    }
-}
-
-/// How to run a process from the image, as a container runtime would.
-#[derive(Debug, Clone)]
-pub struct Sandbox {
-    /// The user and group to run as.
-    pub user: (u32, u32),
-    /// The whole environment of the process (nothing is inherited).
-    pub env: Vec<(String, String)>,
-    /// Whether the root filesystem is mounted read-only (`readOnlyRootFilesystem`).
-    pub read_only_root: bool,
-    /// Volumes, mounted in order.
-    pub volumes: Vec<Volume>,
-}
-
-impl Sandbox {
-    /// The image's own settings: its `USER`, its `ENV` plus the `PATH` runtimes set, a writable
-    /// root and no volumes.
-    pub fn for_image(config: &ImageConfig) -> Self {
-        let mut env = vec![(
-            "PATH".to_owned(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-        )];
-        env.extend(config.env.iter().cloned());
-        Self {
-            user: config.user,
-            env,
-            read_only_root: false,
-            volumes: Vec::new(),
-        }
-    }
-
-    /// The mount points the volumes need in the image root (pass to [`RootFs::build`]).
-    pub fn mount_points(&self) -> Vec<&str> {
-        self.volumes.iter().map(Volume::mount_point).collect()
-    }
-
-    /// The command line (program first) that runs `argv` (an absolute path inside the image,
-    /// then its arguments) in `root`: a private mount namespace with the volumes and `/proc`
-    /// mounted, the root read-only if asked, then `chroot` as [`user`](Self::user) with exactly
-    /// [`env`](Self::env). It needs root on this machine (to mount and chroot); the program it
-    /// ends in does not have it. Every step execs the next, so the pid stays the same from
-    /// start to the program and signals sent to it reach the program.
-    pub fn command_line(&self, root: &Path, argv: &[String]) -> Vec<String> {
-        let mut line: Vec<String> = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-ec",
-        ]
-        .map(String::from)
-        .to_vec();
-        line.push(SANDBOX_SCRIPT.to_owned());
-        line.push("sandbox".to_owned());
-        line.push(root.display().to_string());
-        for volume in &self.volumes {
-            line.push(match volume {
-                Volume::Empty { at } => format!("empty:{at}"),
-                Volume::ReadOnly { source, at } => format!("ro:{at}:{}", source.display()),
-            });
-        }
-        line.push(
-            if self.read_only_root {
-                "root:ro"
-            } else {
-                "root:rw"
-            }
-            .to_owned(),
-        );
-        line.push("--".to_owned());
-        line.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
-        line.push("/usr/sbin/chroot".to_owned());
-        line.push(format!("--userspec={}:{}", self.user.0, self.user.1));
-        line.push(root.display().to_string());
-        line.extend(argv.iter().cloned());
-        line
-    }
-
-    /// [`command_line`](Self::command_line) as a [`Command`].
-    pub fn command(&self, root: &Path, argv: &[String]) -> Command {
-        let line = self.command_line(root, argv);
-        let mut command = Command::new(&line[0]);
-        command.args(&line[1..]);
-        command
-    }
-}
-
-/// Run by `sh` inside the new mount namespace: `$1` is the root, then one word per mount, then
-/// `--`, then what `env -i` runs. Mounts on the root's subdirectories are mounted before the
-/// root is made read-only, as a runtime mounts volumes over a read-only root.
-const SANDBOX_SCRIPT: &str = r#"
-root=$1; shift
-mount --bind "$root" "$root"
-while [ "$1" != "--" ]; do
-  case "$1" in
-    empty:*) mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root${1#empty:}" ;;
-    ro:*) spec=${1#ro:}; at=${spec%%:*}; source=${spec#*:}
-          mount --bind "$source" "$root$at"
-          mount -o remount,bind,ro "$root$at" ;;
-    root:ro) mount -o remount,bind,ro "$root" ;;
-    root:rw) ;;
-    *) echo "sandbox: unknown mount $1" >&2; exit 2 ;;
-  esac
-  shift
-done
-shift
-mount -t proc proc "$root/proc"
-exec /usr/bin/env -i "$@"
-"#;
-
-/// Whether this process may set up a [`Sandbox`] (it needs root).
-pub fn can_sandbox() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
 /// The dynamic-linking facts of an ELF file, from `readelf`: its program interpreter and the
 /// shared libraries it needs (both empty for a static executable).
 pub fn dynamic_dependencies(binary: &Path) -> Result<Vec<String>, Error> {
-    let program = Path::new("readelf");
-    let headers = crate::run(program, &["-l", "-d", &binary.to_string_lossy()], None)?;
+    let headers = crate::run(
+        Path::new("readelf"),
+        &["-l", "-d", &binary.to_string_lossy()],
+        None,
+    )?;
     headers.assert_success();
     Ok(headers
         .stdout
@@ -498,4 +227,342 @@ pub fn dynamic_dependencies(binary: &Path) -> Result<Vec<String>, Error> {
         .filter(|line| line.contains("Requesting program interpreter") || line.contains("(NEEDED)"))
         .map(|line| line.trim().to_owned())
         .collect())
+}
+
+/// The podman command line: `podman` and the global flags of [`PODMAN_FLAGS_ENV`].
+#[derive(Debug, Clone)]
+pub struct Podman {
+    flags: Vec<String>,
+}
+
+impl Podman {
+    /// podman with the flags of [`PODMAN_FLAGS_ENV`].
+    pub fn from_env() -> Self {
+        let flags = std::env::var(PODMAN_FLAGS_ENV).unwrap_or_default();
+        Self {
+            flags: flags.split_whitespace().map(str::to_owned).collect(),
+        }
+    }
+
+    /// `podman`, its global flags, then `args`: program first, for [`std::process::Command`]
+    /// or a managed process.
+    pub fn command_line<S: AsRef<str>>(&self, args: &[S]) -> Vec<String> {
+        let mut line = vec!["podman".to_owned()];
+        line.extend(self.flags.iter().cloned());
+        line.extend(args.iter().map(|a| a.as_ref().to_owned()));
+        line
+    }
+
+    /// Runs podman with `args` and returns what it printed (a non-zero exit is not an error).
+    pub fn run<S: AsRef<str>>(&self, args: &[S]) -> Result<CommandOutput, Error> {
+        let line = self.command_line(args);
+        let rest: Vec<&str> = line[1..].iter().map(String::as_str).collect();
+        crate::run(Path::new(&line[0]), &rest, None)
+    }
+}
+
+/// The image to run, found in podman's storage.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The podman it is stored in.
+    pub podman: Podman,
+    /// Its name, e.g. `localhost/conclave:dev`.
+    pub reference: String,
+}
+
+/// Options every test run of the image passes: removed on exit, and explicit limits on open
+/// files and processes (these machines refuse podman's default ulimits).
+const RUN_DEFAULTS: &[&str] = &[
+    "--rm",
+    "--ulimit=nofile=1024:1024",
+    "--ulimit=nproc=1024:1024",
+];
+
+/// Finds podman and the image `$CONCLAVE_IMAGE` (default `localhost/conclave:dev`) in its storage.
+///
+/// `Ok(None)` after a SKIP line when either is missing, or an error when
+/// [`tools_required`](crate::tools_required).
+pub fn locate_image() -> Result<Option<Image>, Error> {
+    let podman = Podman::from_env();
+    let reference = std::env::var(IMAGE_ENV)
+        .ok()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
+    let missing = |tool: &'static str, hint: &'static str| {
+        if crate::tools_required() {
+            return Err(Error::ToolMissing { tool, hint });
+        }
+        eprintln!("SKIP: {tool} not found ({hint})");
+        Ok(None)
+    };
+    match podman.run(&["--version"]) {
+        Ok(version) if version.success() => {}
+        _ => return missing("podman", "Debian: apt-get install podman runc"),
+    }
+    if !podman.run(&["image", "exists", &reference])?.success() {
+        return missing(
+            "the conclave image",
+            "build it with .ci/prepare-image.sh (or deploy/build-image.sh) and set CONCLAVE_IMAGE",
+        );
+    }
+    Ok(Some(Image { podman, reference }))
+}
+
+/// The runtime configuration and size of an image, from `podman image inspect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// `USER`.
+    pub user: String,
+    /// `ENV`, as `KEY=VALUE`.
+    pub env: Vec<String>,
+    /// `ENTRYPOINT`.
+    pub entrypoint: Vec<String>,
+    /// `CMD`.
+    pub cmd: Vec<String>,
+    /// Exposed ports, e.g. `9090/tcp`.
+    pub exposed: Vec<String>,
+    /// `WORKDIR`.
+    pub working_dir: String,
+    /// Labels, `KEY=VALUE`.
+    pub labels: Vec<String>,
+    /// The image size in bytes.
+    pub size: u64,
+}
+
+impl ImageConfig {
+    /// The value of the environment variable `key`.
+    pub fn env_value(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+    }
+}
+
+/// One entry of an image's file system, from `tar --list --verbose`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageFile {
+    /// Path without a leading `./` or `/`, directories without the trailing `/`.
+    pub path: String,
+    /// The `ls -l` style mode, e.g. `drwx------`.
+    pub mode: String,
+    /// Owner uid and gid.
+    pub owner: (u32, u32),
+}
+
+impl Image {
+    /// `podman image inspect` of the image.
+    pub fn config(&self) -> Result<ImageConfig, Error> {
+        let output = self.podman.run(&["image", "inspect", &self.reference])?;
+        output.assert_success();
+        let inspected: serde_json::Value = serde_json::from_str(&output.stdout)
+            .map_err(|e| Error::Unexpected(format!("podman image inspect: {e}")))?;
+        let image = &inspected[0];
+        let config = &image["Config"];
+        let strings = |value: &serde_json::Value| -> Vec<String> {
+            value
+                .as_array()
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let keys = |value: &serde_json::Value, join: bool| -> Vec<String> {
+            value
+                .as_object()
+                .map(|map| {
+                    map.iter()
+                        .map(|(k, v)| match (join, v.as_str()) {
+                            (true, Some(v)) => format!("{k}={v}"),
+                            _ => k.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(ImageConfig {
+            user: config["User"].as_str().unwrap_or_default().to_owned(),
+            env: strings(&config["Env"]),
+            entrypoint: strings(&config["Entrypoint"]),
+            cmd: strings(&config["Cmd"]),
+            exposed: keys(&config["ExposedPorts"], false),
+            working_dir: config["WorkingDir"].as_str().unwrap_or_default().to_owned(),
+            labels: keys(&config["Labels"], true),
+            size: image["Size"]
+                .as_u64()
+                .ok_or_else(|| Error::Unexpected("podman image inspect: no Size".into()))?,
+        })
+    }
+
+    /// The image's file system, exported from a container created (not started) from it into
+    /// `dir/rootfs.tar`, listed, and the files named in `extract` extracted under `dir/rootfs`.
+    pub fn files(&self, dir: &Path, extract: &[&str]) -> Result<Vec<ImageFile>, Error> {
+        let name = unique_name("export");
+        let created = self
+            .podman
+            .run(&["create", "--name", &name, &self.reference])?;
+        created.assert_success();
+        let _remove = Container {
+            podman: self.podman.clone(),
+            name: name.clone(),
+        };
+        let tar = dir.join("rootfs.tar");
+        let tar_arg = tar.to_string_lossy().into_owned();
+        self.podman
+            .run(&["export", "--output", &tar_arg, &name])?
+            .assert_success();
+        let listing = crate::run(
+            Path::new("tar"),
+            &["--list", "--verbose", "--numeric-owner", "--file", &tar_arg],
+            None,
+        )?;
+        listing.assert_success();
+        let files = listing
+            .stdout
+            .lines()
+            .map(parse_listing_line)
+            .collect::<Result<Vec<_>, _>>()?;
+        if !extract.is_empty() {
+            let rootfs = dir.join("rootfs");
+            std::fs::create_dir_all(&rootfs).map_err(|e| io("creating the rootfs dir", e))?;
+            let rootfs_arg = rootfs.to_string_lossy().into_owned();
+            let mut args = vec!["--extract", "--file", &tar_arg, "--directory", &rootfs_arg];
+            args.extend_from_slice(extract);
+            crate::run(Path::new("tar"), &args, None)?.assert_success();
+        }
+        Ok(files)
+    }
+
+    /// The command line (program first) of `podman run` of the image in the background as the
+    /// container `name`, with `options` (after the [defaults](RUN_DEFAULTS)) and `args` after
+    /// the image (its `CMD`, or what replaces it).
+    pub fn run_command_line<S: AsRef<str>>(
+        &self,
+        container: &Container,
+        options: &[S],
+        args: &[S],
+    ) -> Vec<String> {
+        let mut run = vec!["run".to_owned(), format!("--name={}", container.name)];
+        run.extend(RUN_DEFAULTS.iter().map(|o| (*o).to_owned()));
+        run.extend(options.iter().map(|o| o.as_ref().to_owned()));
+        run.push(self.reference.clone());
+        run.extend(args.iter().map(|a| a.as_ref().to_owned()));
+        self.podman.command_line(&run)
+    }
+
+    /// Runs the image to completion (see [`run_command_line`](Self::run_command_line)) and
+    /// returns what it printed.
+    pub fn run_to_end<S: AsRef<str>>(
+        &self,
+        options: &[S],
+        args: &[S],
+    ) -> Result<CommandOutput, Error> {
+        let container = self.container("run");
+        let line = self.run_command_line(&container, options, args);
+        let rest: Vec<&str> = line[1..].iter().map(String::as_str).collect();
+        crate::run(Path::new(&line[0]), &rest, None)
+    }
+
+    /// A name for a container of this image, removed (if it exists then) when dropped.
+    pub fn container(&self, purpose: &str) -> Container {
+        Container {
+            podman: self.podman.clone(),
+            name: unique_name(purpose),
+        }
+    }
+}
+
+/// `conclave-test-<pid>-<purpose>-<n>`: unique on this machine while this process runs.
+fn unique_name(purpose: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("conclave-test-{}-{purpose}-{n}", std::process::id())
+}
+
+/// A container's name; the container is force-removed when this is dropped, whatever became of
+/// the `podman run` that started it (killing that client does not stop the container).
+#[derive(Debug)]
+pub struct Container {
+    podman: Podman,
+    name: String,
+}
+
+impl Container {
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The host pid of the container's first process, once it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let output = self
+            .podman
+            .run(&["inspect", "--format", "{{.State.Pid}}", &self.name])
+            .ok()?;
+        output
+            .stdout
+            .trim()
+            .parse()
+            .ok()
+            .filter(|pid| *pid != 0 && output.success())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = self
+            .podman
+            .run(&["rm", "--force", "--ignore", "--time", "0", &self.name]);
+    }
+}
+
+/// One line of `tar --list --verbose --numeric-owner`:
+/// `drwx------ 65532/65532 0 2024-01-01 00:00 ./home/nonroot/` (then ` -> target` for a symlink,
+/// ` link to target` for a hard link).
+fn parse_listing_line(line: &str) -> Result<ImageFile, Error> {
+    let bad = || Error::Unexpected(format!("tar listing line {line:?}"));
+    // Mode, owner, size, date and time, then the name, which may hold spaces.
+    let name_at = field_start(line, 5).ok_or_else(bad)?;
+    let fields: Vec<&str> = line[..name_at].split_whitespace().collect();
+    let (uid, gid) = fields[1].split_once('/').ok_or_else(bad)?;
+    let owner = (
+        uid.parse().map_err(|_| bad())?,
+        gid.parse().map_err(|_| bad())?,
+    );
+    let name = &line[name_at..];
+    let name = name
+        .split(" -> ")
+        .next()
+        .and_then(|n| n.split(" link to ").next())
+        .unwrap_or(name);
+    let path = name
+        .trim_start_matches("./")
+        .trim_start_matches('/')
+        .trim_end_matches('/')
+        .to_owned();
+    Ok(ImageFile {
+        path,
+        mode: fields[0].to_owned(),
+        owner,
+    })
+}
+
+/// The byte offset where the `n`th (from 0) whitespace-separated field of `line` starts.
+fn field_start(line: &str, n: usize) -> Option<usize> {
+    let mut seen = 0;
+    let mut in_field = false;
+    for (at, c) in line.char_indices() {
+        if c.is_whitespace() {
+            in_field = false;
+        } else if !in_field {
+            if seen == n {
+                return Some(at);
+            }
+            in_field = true;
+            seen += 1;
+        }
+    }
+    None
 }

@@ -922,30 +922,21 @@ async fn chart_variants_pass_kubectl_apply_dry_run_server() {
     }
 }
 
-/// The chart's pod, run the way a kubelet would run it, from the image: the Deployment as the API
-/// server stored it from deploy/manifests.yaml supplies the arguments, environment, user,
-/// read-only root and volumes; deploy/Dockerfile's final stage over the static binary supplies
-/// the root; the ServiceAccount token is projected where in-cluster clients look for it, and
-/// `KUBERNETES_SERVICE_HOST`/`_PORT` point at the API server. No kubeconfig, no flag added but
-/// `--mode=all` (the built-in controller is held passive, as with `controller.mode=all`) and a
-/// free metrics port. The pod runs as uid 65532, takes its HA Lease under its pod name, elects,
-/// serves its probes, and is never refused anything.
+/// The chart's pod, run from the image the way a kubelet would run it, with podman: the
+/// Deployment as the API server stored it from deploy/manifests.yaml supplies the arguments,
+/// environment, user, read-only root, capabilities and emptyDirs (tmpfs mounts); the
+/// ServiceAccount token, CA and namespace are mounted read-only where in-cluster clients look for
+/// them, and `KUBERNETES_SERVICE_HOST`/`_PORT` point at the API server, reached over the host's
+/// network. No kubeconfig, no flag added but `--mode=all` (the built-in controller is held
+/// passive, as with `controller.mode=all`) and a free metrics port. The container's process runs
+/// as uid 65532, takes its HA Lease under its pod name, elects, serves its probes, and is never
+/// refused anything.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_image_runs_the_chart_pod_in_cluster() {
-    use conclave_deploy_tests::image::{
-        ImageConfig, RootFs, Sandbox, Volume, can_sandbox, locate_static_binary,
-    };
-    let Some(binary) = locate_static_binary().expect("locating the static binary") else {
+    use conclave_deploy_tests::image::{SERVICE_ACCOUNT_DIR, locate_image};
+    let Some(image) = locate_image().expect("locating the image") else {
         return;
     };
-    if !can_sandbox() {
-        assert!(
-            !conclave_deploy_tests::tools_required(),
-            "running the image root needs root (mount namespaces, chroot)"
-        );
-        eprintln!("SKIP: running the image root needs root");
-        return;
-    }
     let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
         return;
     };
@@ -966,7 +957,7 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     let container = pod.containers.first().expect("a container").clone();
     let pod_name = format!("{FULL_NAME}-6f7c9d4b8-x2k4q");
 
-    // The kubelet's projected ServiceAccount volume.
+    // The kubelet's projected ServiceAccount volume, readable by the pod's user.
     let account = tempfile::tempdir().expect("temp dir");
     let token = conclave_deploy_tests::service_account_token(&plane, RELEASE_NAMESPACE, FULL_NAME)
         .await
@@ -979,34 +970,52 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
         ),
         ("namespace", RELEASE_NAMESPACE.to_owned()),
     ] {
-        std::fs::write(account.path().join(file), content).expect("writing the token volume");
+        let path = account.path().join(file);
+        std::fs::write(&path, content).expect("writing the token volume");
+        set_mode(&path, 0o644);
     }
+    set_mode(account.path(), 0o755);
     assert_ne!(
         pod.automount_service_account_token,
         Some(false),
-        "the controller authenticates with its projected token"
+        "the controller authenticates with its mounted token"
     );
 
-    let image = ImageConfig::from_dockerfile().expect("parsing deploy/Dockerfile");
-    let mut sandbox = Sandbox::for_image(&image);
     let pod_security = pod.security_context.clone().unwrap_or_default();
     let security = container.security_context.clone().unwrap_or_default();
-    sandbox.user = (
-        security
-            .run_as_user
-            .or(pod_security.run_as_user)
-            .map_or(image.user.0, |id| u32::try_from(id).expect("a uid")),
-        security
-            .run_as_group
-            .or(pod_security.run_as_group)
-            .map_or(image.user.1, |id| u32::try_from(id).expect("a gid")),
-    );
-    sandbox.read_only_root = security.read_only_root_filesystem == Some(true);
+    let uid = security.run_as_user.or(pod_security.run_as_user);
+    let gid = security.run_as_group.or(pod_security.run_as_group);
+    let (Some(uid), Some(gid)) = (uid, gid) else {
+        panic!("the chart sets runAsUser and runAsGroup: {pod_security:?} {security:?}");
+    };
     let server = url_port(plane.server_url());
-    sandbox.env.extend([
-        ("KUBERNETES_SERVICE_HOST".to_owned(), "127.0.0.1".to_owned()),
-        ("KUBERNETES_SERVICE_PORT".to_owned(), server.to_string()),
-    ]);
+    let mut options = vec![
+        "--network=host".to_owned(),
+        format!("--user={uid}:{gid}"),
+        "--env=KUBERNETES_SERVICE_HOST=127.0.0.1".to_owned(),
+        format!("--env=KUBERNETES_SERVICE_PORT={server}"),
+        format!(
+            "--volume={}:{SERVICE_ACCOUNT_DIR}:ro",
+            account.path().display()
+        ),
+    ];
+    if security.read_only_root_filesystem == Some(true) {
+        // Only the pod's volumes are writable, not the tmpfs podman adds by default.
+        options.extend([
+            "--read-only".to_owned(),
+            "--read-only-tmpfs=false".to_owned(),
+        ]);
+    }
+    if security.allow_privilege_escalation == Some(false) {
+        options.push("--security-opt=no-new-privileges".to_owned());
+    }
+    for dropped in security
+        .capabilities
+        .and_then(|c| c.drop)
+        .unwrap_or_default()
+    {
+        options.push(format!("--cap-drop={}", dropped.to_lowercase()));
+    }
     for var in container.env.clone().unwrap_or_default() {
         let value = match (var.value, var.value_from) {
             (Some(value), _) => value,
@@ -1017,7 +1026,7 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
             },
             (None, None) => String::new(),
         };
-        sandbox.env.push((var.name, value));
+        options.push(format!("--env={}={value}", var.name));
     }
     let volumes = pod.volumes.clone().unwrap_or_default();
     for mount in container.volume_mounts.clone().unwrap_or_default() {
@@ -1030,34 +1039,36 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
             "volume {} is not an emptyDir; model it here before relying on it",
             mount.name
         );
-        sandbox.volumes.push(Volume::Empty {
-            at: mount.mount_path,
-        });
+        // An emptyDir: empty, writable by the pod's user, not noexec.
+        options.push(format!(
+            "--tmpfs={}:rw,exec,nosuid,nodev,mode=0777",
+            mount.mount_path
+        ));
     }
-    sandbox.volumes.push(Volume::ReadOnly {
-        source: account.path().to_owned(),
-        at: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
-    });
 
+    assert_eq!(
+        container.command, None,
+        "the chart runs the image's ENTRYPOINT"
+    );
     let port = free_port();
-    let mut argv = container
-        .command
+    let args: Vec<String> = container
+        .args
         .clone()
-        .unwrap_or(image.entrypoint.clone());
-    for arg in container.args.clone().unwrap_or(image.cmd.clone()) {
-        argv.push(match arg.as_str() {
+        .expect("the chart passes arguments")
+        .into_iter()
+        .map(|arg| match arg.as_str() {
             "--mode=auto" => "--mode=all".to_owned(),
             a if a.starts_with("--metrics-addr=") => format!("--metrics-addr=127.0.0.1:{port}"),
             _ => arg,
-        });
-    }
+        })
+        .collect();
     assert!(
-        argv.iter()
+        args.iter()
             .any(|a| a.starts_with("--metrics-addr=127.0.0.1")),
-        "the chart sets --metrics-addr: {argv:?}"
+        "the chart sets --metrics-addr: {args:?}"
     );
-    let root = RootFs::build(&image, &binary, &sandbox.mount_points()).expect("image root");
-    let line = sandbox.command_line(root.path(), &argv);
+    let running = image.container("pod");
+    let line = image.run_command_line(&running, &options, &args);
     let replica = Replica::spawn(
         &pod_name,
         Path::new(&line[0]),
@@ -1067,12 +1078,14 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     );
 
     // It runs as the pod's user, not as root.
-    let pid = replica.process.lock().expect("process lock").pid();
-    let uid = wait_for(
+    let process_uid = wait_for(
         "the pod's process to run as its user",
         ELECTION_TIMEOUT,
         || async {
             replica.assert_running();
+            let Some(pid) = running.pid() else {
+                return Ok(None);
+            };
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             let uid = status
@@ -1085,7 +1098,7 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
-    assert_eq!(uid, sandbox.user.0.to_string());
+    assert_eq!(process_uid, uid.to_string());
 
     // Its own HA Lease, under its pod name, in the pod's namespace.
     let own: Api<Lease> = Api::namespaced(admin.clone(), RELEASE_NAMESPACE);
@@ -1119,6 +1132,12 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     replica.assert_never_forbidden();
     replica.stop();
     drop(responders);
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
 }
 
 /// The port of an `https://host:port` URL.
