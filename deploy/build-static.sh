@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the statically linked (musl) `conclave` binary that deploy/Dockerfile puts into the
 # image, and refuses a binary that would need a libc or a loader at run time. The Dockerfile's
-# builder stage runs this script, and so does .ci/test-all.sh, which then runs the binary in
-# a root filesystem laid out like the image's (tests/deploy/tests/image.rs).
+# builder stage runs this script, and so do .ci/prepare-static.sh and deploy/build-image.sh
+# (which puts its output into the image when no builder image can be pulled); the tests then run
+# that image with podman (tests/deploy).
 #
 # Usage: deploy/build-static.sh [OUT]
 #   OUT     where to install the binary (default: target/static/conclave)
