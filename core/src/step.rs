@@ -161,9 +161,9 @@ impl SkipReason {
         match self {
             Self::NoCandidates | Self::NotHandled { .. } => Some(false),
             Self::Conflict(_) => None,
-            Self::UnknownStrategy { .. }
-            | Self::AllUnresponsive { .. }
-            | Self::Settling { .. } => Some(true),
+            Self::UnknownStrategy { .. } | Self::AllUnresponsive { .. } | Self::Settling { .. } => {
+                Some(true)
+            }
         }
     }
 }
@@ -512,7 +512,11 @@ mod tests {
                 recheck_at: Some(ms(recheck)),
             })
         };
-        assert_eq!(arriving(0, 10, 20), settling(40), "30 ms after the last arrival");
+        assert_eq!(
+            arriving(0, 10, 20),
+            settling(40),
+            "30 ms after the last arrival"
+        );
         assert!(matches!(arriving(0, 10, 40), Plan::Decide(_)), "settled");
         assert_eq!(
             arriving(0, 190, 195),

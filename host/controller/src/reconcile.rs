@@ -271,7 +271,9 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
         }
         SkipReason::Settling { .. } => {
-            tracing::debug!("candidates of a new Lease are still arriving; electing once they settle");
+            tracing::debug!(
+                "candidates of a new Lease are still arriving; electing once they settle"
+            );
         }
     }
 }
