@@ -6,7 +6,7 @@ mod controller_support;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
-use conclave_testkit::{CandidateResponder, lease_candidate};
+use conclave_testkit::{CandidateResponder, SeededSets, lease_candidate, oldest_emulation_winner};
 use controller_support::{
     CoordinatedHolder, HolderAudit, HolderWrites, NS, Renewer, WAIT, candidate, config,
     create_lease, emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start,
@@ -774,58 +774,40 @@ async fn a_live_holder_whose_clock_runs_behind_is_not_replaced() {
 /// arrive pre-empted a moment later.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_of_candidates_gets_its_best_as_first_holder() {
-    use conclave_core::election::{OldestEmulationRank, pick_oldest_emulation_version};
     const SEED: u64 = 0x5eed_4355;
     const SETS: usize = 20;
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
     let _controller = start(client.clone(), config(NS, "c1"));
-    // A linear congruential generator: the same sets on every run, from the printed seed.
-    let mut state = SEED;
-    let mut next = |bound: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % bound
-    };
+    let mut random = SeededSets::new(SEED);
     let mut needless = Vec::new();
     for set in 0..SETS {
         let lease = format!("batch-{set}");
         let audit = HolderAudit::start(leases.clone(), &lease);
-        let size = 1 + next(6);
+        let size = random.size(6);
         let mut responders = Vec::new();
         for i in 0..size {
-            let binary_minor = 34 + next(3);
-            let emulation_minor = binary_minor - next(2);
+            let (binary, emulation) = random.versions(34);
             responders.push(
                 candidate(
                     &client,
                     &format!("{lease}-{i}"),
                     &lease,
-                    &format!("1.{binary_minor}.0"),
-                    &format!("1.{emulation_minor}.0"),
+                    &binary,
+                    &emulation,
                     OEV,
                 )
                 .await,
             );
         }
-        let views: Vec<_> =
+        let created: Vec<LeaseCandidate> =
             futures::future::join_all(responders.iter().map(|r| candidates.get(r.name())))
                 .await
                 .into_iter()
-                .map(|c| conclave_core::k8s::candidate_view(&c.expect("candidate")))
+                .map(|c| c.expect("candidate"))
                 .collect();
-        let best = pick_oldest_emulation_version(views.iter().filter_map(|v| {
-            OldestEmulationRank::new(
-                &v.name,
-                &v.binary_version,
-                &v.emulation_version,
-                v.creation_time,
-            )
-        }))
-        .expect("a best candidate")
-        .to_owned();
+        let best = oldest_emulation_winner(&created).expect("a best candidate");
         wait_lease(&leases, &lease, "the best of the batch", |r| {
             r.holder() == Some(best.as_str()) && r.preferred().is_none()
         })

@@ -29,6 +29,7 @@ mod control_plane;
 mod holder;
 mod pki;
 mod process;
+mod sets;
 mod stall;
 
 pub mod wasm_build;
@@ -39,6 +40,7 @@ pub use components::{ComponentKind, KubeComponent};
 pub use control_plane::{ControlPlane, SharedControlPlane};
 pub use holder::BuiltinControllerHold;
 pub use process::ManagedProcess;
+pub use sets::{SeededSets, oldest_emulation_winner};
 pub use stall::{Stall, StallTarget};
 
 use std::path::PathBuf;
