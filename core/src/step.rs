@@ -39,6 +39,44 @@ pub struct StepConfig {
     pub lease_duration_seconds: i32,
     /// Which Leases this controller handles.
     pub mode: Mode,
+    /// How the first election of a missing Lease waits for its batch of candidates.
+    pub settle: Settle,
+}
+
+/// How the first election of a Lease that does not exist yet waits for candidates registered in
+/// one batch (replicas of a Deployment starting together, or objects created in one go), which
+/// arrive a few milliseconds apart: electing the first to arrive would start a term only to
+/// pre-empt it a moment later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle {
+    /// How long to wait after each arrival for the next one; a lone candidate is elected this
+    /// much later than at once. Zero elects at once.
+    pub gap: Duration,
+    /// The longest wait, counted from the first arrival, however many keep arriving.
+    pub max: Duration,
+}
+
+impl Settle {
+    /// 30 ms after each arrival, at most 200 ms.
+    pub const DEFAULT: Self = Self {
+        gap: Duration::from_millis(30),
+        max: Duration::from_millis(200),
+    };
+
+    /// `gap` after each arrival, at most the longer of 200 ms and four gaps.
+    #[must_use]
+    pub fn after_gap(gap: Duration) -> Self {
+        Self {
+            gap,
+            max: Self::DEFAULT.max.max(gap * 4),
+        }
+    }
+}
+
+impl Default for Settle {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// When the first and the last of a Lease's candidates were seen arriving, by the controller's
@@ -50,17 +88,6 @@ pub struct Arrivals {
     /// The last arrival.
     pub last: Timestamp,
 }
-
-/// How long the first election of a Lease waits after each arrival of a candidate for the next
-/// one: candidates registered in one batch (replicas of a Deployment starting together, or
-/// objects created in one go) arrive a few milliseconds apart, and electing the first to arrive
-/// would start a term only to pre-empt it a moment later. A lone candidate is elected this much
-/// later than at once.
-pub const SETTLE_GAP: Duration = Duration::from_millis(30);
-
-/// The longest the first election of a Lease waits for candidates to settle, counted from the
-/// first arrival, however many keep arriving.
-pub const SETTLE_MAX: Duration = Duration::from_millis(200);
 
 /// Everything one step reads: snapshots and the time, no I/O.
 #[derive(Clone, Copy)]
@@ -140,7 +167,7 @@ pub enum SkipReason {
         strategy: String,
     },
     /// The Lease does not exist yet and its candidates are still arriving: the first election
-    /// waits for the batch ([`SETTLE_GAP`], at most [`SETTLE_MAX`]) so that its first holder is
+    /// waits for the batch ([`Settle`]) so that its first holder is
     /// the best of the batch, not the first to arrive.
     Settling {
         /// The strategy.
@@ -284,7 +311,9 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     if !(input.has_strategy)(&strategy) {
         return skip(SkipReason::UnknownStrategy { strategy }, None);
     }
-    if let Some(settled) = settles_at(input.lease, input.arrivals).filter(|at| *at > now) {
+    if let Some(settled) =
+        settles_at(input.lease, input.arrivals, config.settle).filter(|at| *at > now)
+    {
         return skip(SkipReason::Settling { strategy }, Some(settled));
     }
     let pool = considered(&candidates, now, config.ack_window);
@@ -318,17 +347,21 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     }))
 }
 
-/// When the first election of a missing Lease may run: [`SETTLE_GAP`] after the last arrival of a
-/// candidate, and no later than [`SETTLE_MAX`] after the first. `None` once the Lease exists
+/// When the first election of a missing Lease may run: `settle.gap` after the last arrival of a
+/// candidate, and no later than `settle.max` after the first. `None` once the Lease exists
 /// (a holder is then replaced through pre-emption, and failovers must not wait) or when no
 /// arrival was seen.
 #[must_use]
-pub fn settles_at(lease: Option<&LeaseRecord>, arrivals: Option<Arrivals>) -> Option<Timestamp> {
+pub fn settles_at(
+    lease: Option<&LeaseRecord>,
+    arrivals: Option<Arrivals>,
+    settle: Settle,
+) -> Option<Timestamp> {
     if lease.is_some() {
         return None;
     }
     let arrivals = arrivals?;
-    Some((arrivals.last + SETTLE_GAP).min(arrivals.first + SETTLE_MAX))
+    Some((arrivals.last + settle.gap).min(arrivals.first + settle.max))
 }
 
 impl Election {
@@ -428,6 +461,7 @@ mod tests {
             candidate_gc_after: Duration::from_secs(1800),
             lease_duration_seconds: 15,
             mode,
+            settle: Settle::DEFAULT,
         }
     }
 

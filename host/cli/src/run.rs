@@ -75,6 +75,11 @@ pub struct RunArgs {
     /// How long any one API call of the controller may take (its watches excepted).
     #[arg(long, env = "CONCLAVE_API_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub api_timeout: Duration,
+    /// The first election of a Lease that does not exist yet waits this long after each
+    /// candidate's arrival (at most 200 ms, or four times this), so replicas registering together
+    /// get the best of them as first holder; `0s` elects the first to arrive at once.
+    #[arg(long, env = "CONCLAVE_FIRST_ELECTION_SETTLE", value_name = "DURATION", default_value = "30ms", value_parser = parse_duration)]
+    pub first_election_settle: Duration,
 }
 
 /// Namespace of the controller's own Lease outside a pod, when no flag names one: it exists on
@@ -163,6 +168,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         api_timeout: args.api_timeout,
         // A pod waits, unready, for the fix to reach it; a user at a shell fixes the flag.
         fail_when_blocked: !in_pod(),
+        first_election_settle: conclave_core::step::Settle::after_gap(args.first_election_settle),
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();

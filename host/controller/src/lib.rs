@@ -107,6 +107,8 @@ pub struct ControllerConfig {
     /// flag); `false` keeps trying, unready, with `/readyz` saying why (a pod, which the fix
     /// of a manifest reaches while it runs).
     pub fail_when_blocked: bool,
+    /// How the first election of a Lease that does not exist waits for its batch of candidates.
+    pub first_election_settle: conclave_core::step::Settle,
 }
 
 impl ControllerConfig {
@@ -118,6 +120,7 @@ impl ControllerConfig {
             candidate_gc_after: self.candidate_gc_after,
             lease_duration_seconds: self.lease_duration_seconds,
             mode: self.mode,
+            settle: self.first_election_settle,
         }
     }
 }
@@ -139,6 +142,7 @@ impl Default for ControllerConfig {
             metrics_addr: None,
             api_timeout: Duration::from_secs(10),
             fail_when_blocked: false,
+            first_election_settle: conclave_core::step::Settle::DEFAULT,
         }
     }
 }

@@ -268,6 +268,7 @@ impl PredictOptions {
             candidate_gc_after: self.candidate_gc_after,
             lease_duration_seconds: crate::ControllerConfig::default().lease_duration_seconds,
             mode: self.mode,
+            settle: conclave_core::step::Settle::DEFAULT,
         }
     }
 }

@@ -779,7 +779,11 @@ async fn a_batch_of_candidates_gets_its_best_as_first_holder() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
-    let _controller = start(client.clone(), config(NS, "c1"));
+    // A settle window far longer than the default 30 ms, so that a busy machine stalling the
+    // test between two creates cannot split a batch (the bench measures the default).
+    let mut cfg = config(NS, "c1");
+    cfg.first_election_settle = conclave_core::step::Settle::after_gap(Duration::from_millis(300));
+    let _controller = start(client.clone(), cfg);
     let mut random = SeededSets::new(SEED);
     let mut needless = Vec::new();
     for set in 0..SETS {
