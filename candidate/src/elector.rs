@@ -971,17 +971,7 @@ impl Runner {
         )
         .await
         {
-            Ok(Ok(write)) => {
-                self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
-                match write {
-                    Write::Done(lease) => Some(Attempt::Won(Won {
-                        lease,
-                        observed_at,
-                        renewed_at: sent,
-                    })),
-                    Write::Conflict => Some(Attempt::Retry),
-                }
-            }
+            Ok(Ok(write)) => Some(self.attempted(write, observed_at, sent)),
             Ok(Err(error)) => {
                 self.follower_error(Operation::Write, &error, "writing the Lease");
                 None
@@ -994,22 +984,26 @@ impl Runner {
         }
     }
 
+    /// A follower's write of the Lease (an acquisition or a create) was answered: any
+    /// [`Blocked`] answer no longer stands, and `write` says whether this instance won.
+    fn attempted(&self, write: Write, observed_at: Timestamp, sent: Instant) -> Attempt {
+        self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
+        match write {
+            Write::Done(lease) => Attempt::Won(Won {
+                lease,
+                observed_at,
+                renewed_at: sent,
+            }),
+            Write::Conflict => Attempt::Retry,
+        }
+    }
+
     async fn try_create(&self) -> Option<Attempt> {
         let observed_at = k8s::now();
         let sent = Instant::now();
         let create = self.lock.create(self.strategy.clone(), observed_at);
         match tokio::time::timeout(self.config().renew_deadline, create).await {
-            Ok(Ok(write)) => {
-                self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
-                match write {
-                    Write::Done(lease) => Some(Attempt::Won(Won {
-                        lease,
-                        observed_at,
-                        renewed_at: sent,
-                    })),
-                    Write::Conflict => Some(Attempt::Retry),
-                }
-            }
+            Ok(Ok(write)) => Some(self.attempted(write, observed_at, sent)),
             Ok(Err(error)) => {
                 self.follower_error(Operation::Create, &error, "creating the Lease");
                 None
