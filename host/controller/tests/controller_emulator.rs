@@ -9,8 +9,8 @@ use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
 use conclave_testkit::{CandidateResponder, SeededSets, lease_candidate, oldest_emulation_winner};
 use controller_support::{
     CoordinatedHolder, HolderAudit, HolderWrites, NS, Renewer, WAIT, candidate, config,
-    create_lease, emulator, free_addr, http_get, metric_sum, scrape, stale_candidate_pinged, start,
-    wait_event, wait_lease,
+    crash_the_best_leader, create_lease, emulator, failover_config, free_addr, http_get,
+    metric_sum, scrape, stale_candidate_pinged, start, wait_event, wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -639,34 +639,8 @@ async fn a_follower_takes_over_when_the_active_replica_shuts_down() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_best_leader_is_replaced_at_lease_expiry_not_an_ack_window_later() {
     let (_emu, client) = emulator().await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let mut cfg = config(NS, "c1");
-    cfg.ack_window = Duration::from_secs(4);
-    cfg.lease_duration_seconds = 10;
-    let _controller = start(client.clone(), cfg);
-    let best = candidate(&client, "best", "crash", "1.31.0", "1.30.0", OEV).await;
-    let _next = candidate(&client, "next", "crash", "1.31.0", "1.31.0", OEV).await;
-    wait_lease(&leases, "crash", "best elected", |r| {
-        r.holder() == Some("best")
-    })
-    .await;
-    let renewer = Renewer::start(
-        leases.clone(),
-        "crash",
-        "best",
-        Duration::from_secs(1),
-        jiff::SignedDuration::ZERO,
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
-    // SIGKILL of the leader: no more renewals, no more ping answers, its LeaseCandidate stays.
-    best.stop();
-    let last_renewal = renewer.crash().await;
-    wait_lease(&leases, "crash", "next elected", |r| {
-        r.holder() == Some("next")
-    })
-    .await;
-    let failover = jiff::Timestamp::now().duration_since(last_renewal);
+    let _controller = start(client.clone(), failover_config(NS, "c1"));
+    let failover = crash_the_best_leader(&client, NS, "1.31.0", "1.30.0").await;
     eprintln!("next leader written {failover:#} after the last renewal (10 s Lease)");
     // Upstream's rule cannot be faster than lease + ack window (14 s): at expiry it pings the
     // dead best candidate and waits out the window. Asserting below that, with 4 s to spare.
@@ -683,10 +657,7 @@ async fn a_crashed_best_leader_is_replaced_at_lease_expiry_not_an_ack_window_lat
 async fn a_leader_renewing_late_but_in_time_keeps_its_lease() {
     let (_emu, client) = emulator().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let mut cfg = config(NS, "c1");
-    cfg.ack_window = Duration::from_secs(4);
-    cfg.lease_duration_seconds = 10;
-    let _controller = start(client.clone(), cfg);
+    let _controller = start(client.clone(), failover_config(NS, "c1"));
     let _best = candidate(&client, "slow", "late", "1.31.0", "1.30.0", OEV).await;
     let _next = candidate(&client, "other", "late", "1.31.0", "1.31.0", OEV).await;
     wait_lease(&leases, "late", "slow elected", |r| {

@@ -14,8 +14,8 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_engine::{Engine, EngineConfig};
 use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
 use controller_support::{
-    CoordinatedHolder, LeaseWrite, LeaseWrites, Renewer, candidate_in, config, create_lease, start,
-    wait_event, wait_lease,
+    CoordinatedHolder, LeaseWrite, LeaseWrites, candidate_in, config, crash_the_best_leader,
+    create_lease, failover_config, start, wait_event, wait_lease,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -691,34 +691,10 @@ async fn a_crashed_best_leader_is_replaced_at_lease_expiry() {
         .expect("built-in controller passive");
     let client = cp.client().await.unwrap();
     let ns = cp.namespace("crash").await.unwrap();
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let mut cfg = config(&ns, "conclave-real");
+    let mut cfg = failover_config(&ns, "conclave-real");
     cfg.controller_namespace = ns.clone();
-    cfg.ack_window = Duration::from_secs(4);
-    cfg.lease_duration_seconds = 10;
     let _controller = start(client.clone(), cfg);
-    let best = candidate_in(&client, &ns, "best", "crash", "1.37.0", "1.36.0", OEV).await;
-    let _next = candidate_in(&client, &ns, "next", "crash", "1.37.0", "1.37.0", OEV).await;
-    wait_lease(&leases, "crash", "best elected", |r| {
-        r.holder() == Some("best")
-    })
-    .await;
-    let renewer = Renewer::start(
-        leases.clone(),
-        "crash",
-        "best",
-        Duration::from_secs(1),
-        jiff::SignedDuration::ZERO,
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
-    best.stop();
-    let last_renewal = renewer.crash().await;
-    wait_lease(&leases, "crash", "next elected", |r| {
-        r.holder() == Some("next")
-    })
-    .await;
-    let failover = jiff::Timestamp::now().duration_since(last_renewal);
+    let failover = crash_the_best_leader(&client, &ns, "1.37.0", "1.36.0").await;
     eprintln!("next leader written {failover:#} after the last renewal (10 s Lease, real server)");
     assert!(
         failover < jiff::SignedDuration::from_secs(14),

@@ -698,3 +698,48 @@ impl Renewer {
         self.task.await.expect("renewer joins")
     }
 }
+
+/// The failover tests' configuration: [`config`] with a 4 s ack window and 10 s Leases, so that
+/// upstream's crash failover (lease + ack window, 14 s) and Conclave's (about 10 s) are far apart.
+pub fn failover_config(namespace: &str, identity: &str) -> ControllerConfig {
+    ControllerConfig {
+        ack_window: Duration::from_secs(4),
+        lease_duration_seconds: 10,
+        ..config(namespace, identity)
+    }
+}
+
+/// Elects `best` (emulation `older`) over `next` for Lease `crash` in `ns` under a running
+/// controller ([`failover_config`]), renews as `best` every second for 3 s, then kills it (no
+/// more renewals or ping answers; its LeaseCandidate stays), and returns how long after its last
+/// renewal `next` was written as holder.
+pub async fn crash_the_best_leader(
+    client: &Client,
+    ns: &str,
+    binary: &str,
+    older: &str,
+) -> jiff::SignedDuration {
+    use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let best = candidate_in(client, ns, "best", "crash", binary, older, OEV).await;
+    let _next = candidate_in(client, ns, "next", "crash", binary, binary, OEV).await;
+    wait_lease(&leases, "crash", "best elected", |r| {
+        r.holder() == Some("best")
+    })
+    .await;
+    let renewer = Renewer::start(
+        leases.clone(),
+        "crash",
+        "best",
+        Duration::from_secs(1),
+        jiff::SignedDuration::ZERO,
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    best.stop();
+    let last_renewal = renewer.crash().await;
+    wait_lease(&leases, "crash", "next elected", |r| {
+        r.holder() == Some("next")
+    })
+    .await;
+    jiff::Timestamp::now().duration_since(last_renewal)
+}
