@@ -10,7 +10,8 @@
 //! `CONCLAVE_BENCH_LEASES` (N), `CONCLAVE_BENCH_STEADY_SECS` (steady-state window, default 30),
 //! `CONCLAVE_BENCH_RENEW_SECS` (holders' renewal period, default 2) and
 //! `CONCLAVE_BENCH_LEASE_SECS` (leaseDurationSeconds written by the controller and by the
-//! holders, default 10).
+//! holders, default 10) and `CONCLAVE_BENCH_WAIT_SECS` (longest wait for a phase to settle,
+//! default 600; the bench fails past it, and a failing bench kills the controller it started).
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
@@ -368,13 +369,15 @@ async fn release_all(leases: &Api<Lease>) {
         .await;
 }
 
-/// Waits until `n` Leases satisfy `done`; returns the time it took.
+/// Waits until `n` Leases satisfy `done`, for at most `CONCLAVE_BENCH_WAIT_SECS` (default 600);
+/// returns the time it took, or panics (which kills the controller, see [`Controller`]).
 async fn wait_leases(
     leases: &Api<Lease>,
     n: usize,
     what: &str,
     done: impl Fn(&LeaseRecord) -> bool,
 ) -> Duration {
+    let limit = Duration::from_secs(env_u64("CONCLAVE_BENCH_WAIT_SECS", 600));
     let start = Instant::now();
     loop {
         let list = leases.list(&ListParams::default()).await.expect("list");
@@ -383,11 +386,35 @@ async fn wait_leases(
             return start.elapsed();
         }
         assert!(
-            start.elapsed() < Duration::from_secs(600),
-            "only {count}/{n} Leases {what} after 10 minutes"
+            start.elapsed() < limit,
+            "only {count}/{n} Leases {what} after {} s",
+            limit.as_secs()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The `conclave run` child process, killed (and reaped) when dropped: a bench that fails panics,
+/// and the unwinding drops the guard, so no controller is left running after it.
+struct Controller(std::process::Child);
+
+impl Controller {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Tells on stderr which phase starts (a run at 10,000 Leases takes minutes), so whoever watches
+/// the run, or profiles it, knows where it is.
+fn progress(phase: &str) {
+    eprintln!("bench: {phase}");
 }
 
 /// A local port that was free a moment ago, for the controller's /metrics.
@@ -438,31 +465,33 @@ async fn main() {
     tokio::spawn(answer_pings(candidates.clone()));
 
     let metrics = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
-        .args([
-            "run",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--mode",
-            "all",
-            "--namespace",
-            NS,
-            "--controller-namespace",
-            "kube-system",
-            "--identity",
-            "bench",
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--ack-window",
-            &format!("{}s", ACK_WINDOW.as_secs()),
-            "--lease-duration-seconds",
-            &lease_secs.to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("conclave run starts");
-    let pid = child.id();
+    let controller = Controller(
+        std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args([
+                "run",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--mode",
+                "all",
+                "--namespace",
+                NS,
+                "--controller-namespace",
+                "kube-system",
+                "--identity",
+                "bench",
+                "--metrics-addr",
+                &metrics.to_string(),
+                "--ack-window",
+                &format!("{}s", ACK_WINDOW.as_secs()),
+                "--lease-duration-seconds",
+                &lease_secs.to_string(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("conclave run starts"),
+    );
+    let pid = controller.pid();
     let started = Instant::now();
     while !metrics_text(metrics)
         .await
@@ -475,6 +504,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let idle = snapshot(pid, metrics).await;
+    progress("controller active; creating the candidates");
 
     // Initial elections; each holder renews from the moment it is elected.
     let holders = Holders::start(leases.clone(), renew_every, lease_secs);
@@ -494,6 +524,7 @@ async fn main() {
     })
     .await;
     let elected = snapshot(pid, metrics).await;
+    progress("initial elections done; steady state");
     let steady_start = holders.new_window();
 
     // Steady state: holders renew, the controller has nothing to write.
@@ -503,6 +534,7 @@ async fn main() {
     holders.stop().await;
     let stopped = micros_now();
     let after_renewals = snapshot(pid, metrics).await;
+    progress("holders stopped; expiry storm");
 
     // Expiry storm: nobody renews any more; every Lease expires leaseDurationSeconds after its
     // last renewal, and only the controller's expiry timers can start the re-elections.
@@ -533,6 +565,7 @@ async fn main() {
     .await;
     let reelected_micros = micros_now();
     let expiry_storm = snapshot(pid, metrics).await;
+    progress("expiry storm settled; release storm");
 
     // Release storm: the holders renew again until every candidate is stale (no ping answered for
     // longer than the ack window), then all release at once.
@@ -549,8 +582,7 @@ async fn main() {
     })
     .await;
     let released = snapshot(pid, metrics).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(controller);
 
     let secs = |micros: i64| micros as f64 / 1e6;
     println!(
