@@ -59,6 +59,11 @@ impl ElectionStarts {
         }
     }
 
+    /// Whether an election of `key` is in progress (its last reconcile left it going on).
+    pub fn in_progress(&self, key: &LeaseKey) -> bool {
+        super::lock(&self.0).contains_key(key)
+    }
+
     /// Forgets every start (a new term: elections of an earlier term are not this one's).
     pub fn reset(&self) {
         super::lock(&self.0).clear();

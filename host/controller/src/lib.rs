@@ -477,6 +477,9 @@ async fn process(ctx: &Arc<Context>, item: Item) {
         .instrument(span.clone())
         .await;
     let _entered = span.enter();
+    // Before the re-add below, so an election that goes on is queued ahead of new ones.
+    ctx.queue
+        .set_electing(&item.key, ctx.leases.starts.in_progress(&item.key));
     match next {
         Next::Idle => ctx.succeeded(&item.key),
         Next::At(at) => {

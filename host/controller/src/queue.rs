@@ -4,6 +4,13 @@
 //! A key added while a worker holds it is marked dirty and handed out again once the worker is
 //! done, so no event is lost and no Lease is reconciled twice concurrently. A delayed add keeps
 //! only the earliest deadline per key; an immediate add supersedes any delay.
+//!
+//! Keys of elections in progress (candidates pinged, acks awaited) are handed out before any
+//! other ready key. An ack is fresh for one ack window only: were the Lease whose candidates just
+//! acked queued behind every Lease still to be pinged, a storm of thousands of expiries would
+//! reach it after its acks went stale, ping again, and never elect. Finishing the elections
+//! already started before starting new ones keeps their number bounded by what the workers
+//! handle within an ack window.
 
 use super::key::LeaseKey;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -16,7 +23,12 @@ pub type Key = LeaseKey;
 
 #[derive(Default)]
 struct State {
+    /// Ready keys of elections in progress, handed out first.
+    continuing: VecDeque<Key>,
+    /// Other ready keys.
     ready: VecDeque<Key>,
+    /// Keys whose last step left an election in progress.
+    electing: HashSet<Key>,
     queued: HashSet<Key>,
     active: HashSet<Key>,
     dirty: HashSet<Key>,
@@ -34,7 +46,11 @@ impl State {
         if self.active.contains(&key) {
             self.dirty.insert(key);
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            if self.electing.contains(&key) {
+                self.continuing.push_back(key);
+            } else {
+                self.ready.push_back(key);
+            }
         }
     }
 
@@ -122,7 +138,7 @@ impl WorkQueue {
                     return None;
                 }
                 st.promote_due(Instant::now());
-                if let Some(key) = st.ready.pop_front() {
+                if let Some(key) = st.continuing.pop_front().or_else(|| st.ready.pop_front()) {
                     st.queued.remove(&key);
                     st.active.insert(key.clone());
                     let triggered_at = st
@@ -130,7 +146,7 @@ impl WorkQueue {
                         .get(&key)
                         .copied()
                         .unwrap_or_else(Instant::now);
-                    let more = !st.ready.is_empty();
+                    let more = !st.continuing.is_empty() || !st.ready.is_empty();
                     drop(st);
                     if more {
                         self.notify.notify_one();
@@ -148,6 +164,18 @@ impl WorkQueue {
                 }
                 None => notified.await,
             }
+        }
+    }
+
+    /// Records whether the step of `key` that just ran left its election in progress (pings
+    /// outstanding, or a retry), so that its next adds go ahead of the keys of new elections.
+    /// Call it before re-adding the key and before [`done`](Self::done).
+    pub fn set_electing(&self, key: &Key, electing: bool) {
+        let mut st = self.lock();
+        if electing {
+            st.electing.insert(key.clone());
+        } else {
+            st.electing.remove(key);
         }
     }
 
@@ -186,7 +214,7 @@ impl WorkQueue {
     /// Number of keys waiting (ready or delayed).
     pub fn len(&self) -> usize {
         let st = self.lock();
-        st.ready.len() + st.delayed.len()
+        st.continuing.len() + st.ready.len() + st.delayed.len()
     }
 
     /// Whether no key is waiting.
@@ -229,6 +257,34 @@ mod tests {
         q.done(again);
         q.done(b);
         assert!(q.is_empty());
+    }
+
+    /// The expiry storm of issue 16: every Lease is queued, the first is pinged, and its ack
+    /// must not wait behind the thousands still to be pinged (an ack is fresh for 5 s only).
+    #[tokio::test(start_paused = true)]
+    async fn elections_in_progress_go_before_new_ones() {
+        let q = WorkQueue::default();
+        for i in 0..1000 {
+            q.add(key(&format!("l{i}")));
+        }
+        let first = q.next().await.expect("l0");
+        assert_eq!(first.key, key("l0"));
+        // The step pinged l0's candidates: its election goes on, rechecked at the window's end.
+        q.set_electing(&first.key, true);
+        q.add_at(first.key.clone(), Instant::now() + Duration::from_secs(5));
+        q.done(first);
+        let second = q.next().await.expect("l1");
+        assert_eq!(second.key, key("l1"));
+        // The ack arrives while l1 is being stepped: l0 comes next, not after l999.
+        q.add(key("l0"));
+        let acked = q.next().await.expect("l0 again");
+        assert_eq!(acked.key, key("l0"));
+        // l0 is elected: its later events queue behind the others again.
+        q.set_electing(&acked.key, false);
+        q.done(acked);
+        q.add(key("l0"));
+        assert_eq!(q.next().await.expect("l2").key, key("l2"));
+        q.done(second);
     }
 
     #[tokio::test(start_paused = true)]
