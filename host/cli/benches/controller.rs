@@ -6,16 +6,20 @@
 //! controller's expiry timers drive the re-elections; and a storm in which every holder releases
 //! its Lease at once, so watch events drive them.
 //!
-//! Run: `cargo bench --profile dev -p conclave --bench controller`. Environment:
+//! Run: `cargo bench -p conclave --bench controller` (release; `--profile dev` builds faster).
+//! `CONCLAVE_BENCH_SERVER=kube` runs it against the real kube-apiserver of `tests/kube` instead
+//! of the emulator (skipped with a message when its binaries are not built). Environment:
 //! `CONCLAVE_BENCH_LEASES` (N), `CONCLAVE_BENCH_STEADY_SECS` (steady-state window, default 30),
 //! `CONCLAVE_BENCH_RENEW_SECS` (holders' renewal period, default 2) and
 //! `CONCLAVE_BENCH_LEASE_SECS` (leaseDurationSeconds written by the controller and by the
-//! holders, default 10) and `CONCLAVE_BENCH_WAIT_SECS` (longest wait for a phase to settle,
+//! holders, default 10), `CONCLAVE_BENCH_WORKERS` (`conclave run --workers`, default 4, the
+//! controller's default) and `CONCLAVE_BENCH_WAIT_SECS` (longest wait for a phase to settle,
 //! default 600; the bench fails past it, and a failing bench kills the controller it started).
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
 use conclave_emulator::{Emulator, EmulatorConfig};
+use conclave_testkit::{BuiltinControllerHold, ControlPlane};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
@@ -25,12 +29,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-const NS: &str = "default";
 /// The controller's counter of API writes (labels `operation`, `result`).
 const WRITES: &str = "conclave_api_writes_total";
 /// Concurrent writes of the holders (renewals, releases).
@@ -159,11 +163,11 @@ fn micros_now() -> i64 {
     conclave_core::k8s::timestamp(jiff::Timestamp::now()).as_micros()
 }
 
-fn candidate(lease: usize, i: usize) -> LeaseCandidate {
+fn candidate(ns: &str, lease: usize, i: usize) -> LeaseCandidate {
     LeaseCandidate {
         metadata: ObjectMeta {
             name: Some(format!("l{lease}-c{i}")),
-            namespace: Some(NS.into()),
+            namespace: Some(ns.into()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseCandidateSpec {
@@ -411,6 +415,67 @@ impl Drop for Controller {
     }
 }
 
+/// The API server the bench runs against, kept alive until the bench ends: the in-process
+/// emulator (default), or with `CONCLAVE_BENCH_SERVER=kube` the real etcd + kube-apiserver of
+/// `tests/kube` (killed when dropped), so the controller's limits are measured apart from the
+/// emulator's.
+enum Server {
+    Emulator(conclave_emulator::RunningEmulator),
+    Kube {
+        plane: ControlPlane,
+        _builtin: BuiltinControllerHold,
+    },
+}
+
+impl Server {
+    /// Starts the server; returns it, a client, the kubeconfig for `conclave run` and the
+    /// namespace of the bench's objects. `None` when the real server's binaries are missing.
+    async fn start(dir: &Path) -> Option<(Self, Client, PathBuf, String)> {
+        let kubeconfig = dir.join("kubeconfig");
+        if std::env::var("CONCLAVE_BENCH_SERVER").is_ok_and(|s| s == "kube") {
+            let plane = ControlPlane::start().await.expect("control plane")?;
+            // Only Conclave elects: the built-in election controller is made passive.
+            let builtin = plane
+                .hold_builtin_controller_lease()
+                .await
+                .expect("built-in controller passive");
+            let client = plane.client().await.expect("client");
+            let ns = plane.namespace("scale").await.expect("namespace");
+            std::fs::copy(plane.kubeconfig_path(), &kubeconfig).expect("kubeconfig");
+            let server = Self::Kube {
+                plane,
+                _builtin: builtin,
+            };
+            return Some((server, client, kubeconfig, ns));
+        }
+        // The emulator's default watch history (10,000 changes), as a user runs it: a watch that
+        // falls further behind gets 410 Gone and relists. A history of 200,000 changes, as this
+        // bench used to keep, held 1.6 GB at 5,000 Leases.
+        let emulator = Emulator::start(EmulatorConfig::default())
+            .await
+            .expect("emulator");
+        emulator.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let client = Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+        Some((
+            Self::Emulator(emulator),
+            client,
+            kubeconfig,
+            "default".into(),
+        ))
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Self::Emulator(emulator) => format!("the emulator at {}", emulator.url()),
+            Self::Kube { plane, .. } => format!(
+                "kube-apiserver {} at {}",
+                conclave_testkit::KUBERNETES_VERSION,
+                plane.server_url()
+            ),
+        }
+    }
+}
+
 /// Tells on stderr which phase starts (a run at 10,000 Leases takes minutes), so whoever watches
 /// the run, or profiles it, knows where it is.
 fn progress(phase: &str) {
@@ -450,18 +515,13 @@ async fn main() {
     let steady = Duration::from_secs(env_u64("CONCLAVE_BENCH_STEADY_SECS", 30));
     let renew_every = Duration::from_secs(env_u64("CONCLAVE_BENCH_RENEW_SECS", 2));
     let lease_secs = i32::try_from(env_u64("CONCLAVE_BENCH_LEASE_SECS", 10)).expect("lease secs");
-    let emulator = Emulator::start(EmulatorConfig {
-        history_capacity: 200_000,
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator");
+    let workers = env_u64("CONCLAVE_BENCH_WORKERS", 4);
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    emulator.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let client = Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
-    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let Some((server, client, kubeconfig, ns)) = Server::start(dir.path()).await else {
+        return;
+    };
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     tokio::spawn(answer_pings(candidates.clone()));
 
     let metrics = free_port();
@@ -474,7 +534,7 @@ async fn main() {
                 "--mode",
                 "all",
                 "--namespace",
-                NS,
+                &ns,
                 "--controller-namespace",
                 "kube-system",
                 "--identity",
@@ -485,6 +545,8 @@ async fn main() {
                 &format!("{}s", ACK_WINDOW.as_secs()),
                 "--lease-duration-seconds",
                 &lease_secs.to_string(),
+                "--workers",
+                &workers.to_string(),
             ])
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
@@ -513,7 +575,7 @@ async fn main() {
     for lease in 0..n {
         for i in 0..3 {
             candidates
-                .create(&PostParams::default(), &candidate(lease, i))
+                .create(&PostParams::default(), &candidate(&ns, lease, i))
                 .await
                 .expect("create candidate");
         }
@@ -583,11 +645,13 @@ async fn main() {
     .await;
     let released = snapshot(pid, metrics).await;
     drop(controller);
+    let server_name = server.name();
+    drop(server);
 
     let secs = |micros: i64| micros as f64 / 1e6;
     println!(
-        "Controller on the emulator: {n} Leases x 3 candidates, `conclave run --mode all \
-         --lease-duration-seconds {lease_secs}`; holders renew every {} s",
+        "Controller on {server_name}: {n} Leases x 3 candidates, `conclave run --mode all \
+         --lease-duration-seconds {lease_secs} --workers {workers}`; holders renew every {} s",
         renew_every.as_secs()
     );
     println!(
