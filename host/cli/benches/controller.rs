@@ -422,7 +422,7 @@ impl Drop for Controller {
 enum Server {
     Emulator(conclave_emulator::RunningEmulator),
     Kube {
-        plane: ControlPlane,
+        plane: Box<ControlPlane>,
         _builtin: BuiltinControllerHold,
     },
 }
@@ -443,7 +443,7 @@ impl Server {
             let ns = plane.namespace("scale").await.expect("namespace");
             std::fs::copy(plane.kubeconfig_path(), &kubeconfig).expect("kubeconfig");
             let server = Self::Kube {
-                plane,
+                plane: Box::new(plane),
                 _builtin: builtin,
             };
             return Some((server, client, kubeconfig, ns));
