@@ -19,6 +19,8 @@ use conclave_controller::{self as controller, ControllerConfig};
 use conclave_core::plan::Mode;
 use conclave_engine::{Engine, EngineConfig};
 use conclave_testkit::{ComponentKind, ControlPlane, KubeComponent};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -46,6 +48,9 @@ struct Handover {
     acquired: Duration,
     /// Whether the Lease named nobody in between (the stopped leader released it).
     released: bool,
+    /// Whether, after the release, a controller wrote the stopped leader itself back as holder
+    /// (its LeaseCandidate had answered a ping within the ack window, so it looked alive).
+    self_reelected: bool,
     /// Whether the Lease named a stopped process other than this leader in between (a
     /// controller elected a dead replica's lingering LeaseCandidate).
     dead_elected: bool,
@@ -72,6 +77,7 @@ fn minor(emulated: Option<&str>) -> u32 {
 /// The replicas of one component, started one at a time, killed on drop.
 struct Replicas<'a> {
     cp: &'a ControlPlane,
+    leases: Api<Lease>,
     kind: ComponentKind,
     live: Vec<KubeComponent>,
     stopped: Vec<KubeComponent>,
@@ -79,9 +85,10 @@ struct Replicas<'a> {
 }
 
 impl<'a> Replicas<'a> {
-    fn new(cp: &'a ControlPlane, kind: ComponentKind) -> Self {
+    fn new(cp: &'a ControlPlane, client: &kube::Client, kind: ComponentKind) -> Self {
         Self {
             cp,
+            leases: Api::namespaced(client.clone(), "kube-system"),
             kind,
             live: Vec::new(),
             stopped: Vec::new(),
@@ -130,10 +137,24 @@ impl<'a> Replicas<'a> {
     }
 
     async fn holder(&self) -> Option<String> {
-        self.cp
-            .component_lease_holder(self.kind)
+        self.lease().await.0
+    }
+
+    /// The Lease's holder (`None` for none or `""`) and `leaseDurationSeconds` (the component's
+    /// own 15 s while it renews, a controller's 5 s right after an election, 1 s after a
+    /// release).
+    async fn lease(&self) -> (Option<String>, Option<i32>) {
+        let spec = self
+            .leases
+            .get_opt(self.kind.binary())
             .await
             .expect("read the Lease")
+            .and_then(|l| l.spec);
+        let duration = spec.as_ref().and_then(|s| s.lease_duration_seconds);
+        let holder = spec
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty());
+        (holder, duration)
     }
 
     fn index_of(&self, holder: Option<&str>) -> Option<usize> {
@@ -158,11 +179,18 @@ impl<'a> Replicas<'a> {
         let old_identity = old.identity().map(str::to_owned);
         let mut released = false;
         let mut dead_elected = false;
+        let mut self_reelected = false;
         let next = loop {
-            let holder = self.holder().await;
+            // Holder and duration from one read, so a handover between two reads cannot pass
+            // for a write-back.
+            let (holder, duration) = self.lease().await;
             if let Some(next) = self.index_of(holder.as_deref()) {
                 break next;
             }
+            // Written back by a controller: right after the release (seen), or so soon after it
+            // that only the duration a controller writes (not the component's 15 s) tells.
+            self_reelected |=
+                holder.is_some() && holder == old_identity && (released || duration != Some(15));
             released |= holder.is_none();
             dead_elected |= holder.is_some() && holder != old_identity;
             assert!(
@@ -190,6 +218,7 @@ impl<'a> Replicas<'a> {
                 .try_into()
                 .unwrap_or(Duration::ZERO),
             released,
+            self_reelected,
             dead_elected,
             oldest: leader_was_oldest && next_is_oldest,
         }
@@ -198,9 +227,10 @@ impl<'a> Replicas<'a> {
 
 /// `rounds` rounds of the rolling upgrade, SIGKILL and SIGTERM for `kind`.
 async fn measure(cp: &ControlPlane, kind: ComponentKind, rounds: usize) -> Measured {
+    let client = cp.client().await.expect("client");
     let mut measured = Measured::default();
     for _ in 0..rounds {
-        let mut replicas = Replicas::new(cp, kind);
+        let mut replicas = Replicas::new(cp, &client, kind);
         for _ in 0..3 {
             replicas.add("1.36").await;
         }
@@ -234,14 +264,20 @@ async fn measure_both(cp: &ControlPlane, rounds: usize) -> [(ComponentKind, Meas
     ]
 }
 
-/// Median and max in seconds.
+/// Median (the mean of the middle two for an even count) and max, in seconds.
 fn summary(samples: impl Iterator<Item = Duration>) -> String {
     let mut s: Vec<f64> = samples.map(|d| d.as_secs_f64()).collect();
     if s.is_empty() {
         return "-".into();
     }
     s.sort_by(f64::total_cmp);
-    format!("{:.2} s (max {:.2})", s[s.len() / 2], s[s.len() - 1])
+    let n = s.len();
+    let median = if n.is_multiple_of(2) {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    } else {
+        s[n / 2]
+    };
+    format!("{median:.2} s (max {:.2})", s[n - 1])
 }
 
 fn load() -> String {
@@ -319,9 +355,9 @@ async fn main() {
     );
     println!();
     println!(
-        "| controller | component | rolling upgrade: SIGTERM of the leader -> new holder written | SIGKILL -> new holder written | SIGKILL -> its \"successfully acquired lease\" | SIGTERM -> new holder written | SIGTERM -> its \"successfully acquired lease\" | oldest led at every step | Lease released on SIGTERM | a dead replica elected on the way |"
+        "| controller | component | rolling upgrade: SIGTERM of the leader -> new holder written | SIGKILL -> new holder written | SIGKILL -> its \"successfully acquired lease\" | SIGTERM -> new holder written | SIGTERM -> its \"successfully acquired lease\" | oldest led at every step | Lease released on SIGTERM | the stopped leader re-elected after its release | a dead replica elected on the way |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (controller, runs) in [
         ("kube-apiserver built-in", &builtin),
         ("Conclave (`--mode all`)", &conclave),
@@ -335,7 +371,7 @@ async fn main() {
                 .collect();
             let terminated: Vec<&Handover> = m.upgrade.iter().chain(&m.terminate).collect();
             println!(
-                "| {controller} | {} | {} | {} | {} | {} | {} | {} of {} | {} of {} | {} of {} |",
+                "| {controller} | {} | {} | {} | {} | {} | {} | {} of {} | {} of {} | {} of {} | {} of {} |",
                 kind.binary(),
                 summary(m.upgrade.iter().map(|h| h.written)),
                 summary(m.kill.iter().map(|h| h.written)),
@@ -345,6 +381,8 @@ async fn main() {
                 all.iter().filter(|h| h.oldest).count(),
                 all.len(),
                 terminated.iter().filter(|h| h.released).count(),
+                terminated.len(),
+                terminated.iter().filter(|h| h.self_reelected).count(),
                 terminated.len(),
                 all.iter().filter(|h| h.dead_elected).count(),
                 all.len(),
@@ -362,10 +400,15 @@ async fn main() {
                 hs.iter()
                     .map(|h| {
                         format!(
-                            "{:.2}/{:.2}{}{}",
+                            "{:.2}/{:.2}{}{}{}",
                             h.written.as_secs_f64(),
                             h.acquired.as_secs_f64(),
                             if h.released { " released" } else { "" },
+                            if h.self_reelected {
+                                " self-reelected"
+                            } else {
+                                ""
+                            },
                             if h.dead_elected { " via-dead" } else { "" },
                         )
                     })
