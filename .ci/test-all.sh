@@ -37,10 +37,12 @@ for vectors in tests/vectors/*.json; do
   fi
   ./target/debug/conclave strategy test "$wasm" --vectors "$vectors"
 done
-# The built-in as built against conclave:strategy@0.1.0, before 0.2 existed: a 0.1 component still
-# loads and passes the same vectors.
-./target/debug/conclave strategy test host/engine/tests/fixtures/v0.1/oldest_emulation_version.wasm \
-  --vectors tests/vectors/oldest-emulation-version.json
+# The built-in as built against conclave:strategy@0.1.0 and @0.2.0, before the current contract
+# existed: components of every earlier version still load and pass the same vectors.
+for contract in v0.1 v0.2; do
+  ./target/debug/conclave strategy test "host/engine/tests/fixtures/$contract/oldest_emulation_version.wasm" \
+    --vectors tests/vectors/oldest-emulation-version.json
+done
 
 echo "== plugin workspace unit tests (native)"
 (cd strategies && cargo test)

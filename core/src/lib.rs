@@ -7,6 +7,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod columns;
 pub mod election;
 #[cfg(feature = "k8s")]
 pub mod k8s;

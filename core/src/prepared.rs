@@ -1,4 +1,4 @@
-//! An election request in the shape `conclave:strategy@0.2.0` hands to a plugin: candidates in
+//! An election request as `conclave:strategy@0.2.0` and later hand it to a plugin: candidates in
 //! name order, versions parsed once by the host and given an order that compares like the
 //! versions, and the holder's position among the candidates.
 //!

@@ -340,8 +340,8 @@ fn lib_rs(name: &str, strategy: &str) -> String {
 //! then lowest binary version, then oldest creation time, then name. Change it to yours, and
 //! update `vectors/{name}.json` to match.
 //!
-//! Candidates arrive sorted by name with their versions parsed; `elect` answers with the
-//! winner's position. `READS` says which other fields the rule reads (names, labels,
+//! Candidates arrive sorted by name with their versions parsed (`request.candidates.iter()`
+//! gives each as a `Candidate`); `elect` answers with the winner's position. `READS` says which other fields the rule reads (names, labels,
 //! annotations...): the host sends only those, which keeps an election fast.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -360,8 +360,10 @@ impl Strategy for {type_name} {{
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {{
         // A candidate whose versions do not parse has no key and is skipped. Keys compare by
         // emulation version, binary version, creation time, then position (that is, name).
-        Ok(positions(&request.candidates)
-            .filter_map(|(position, candidate)| OldestEmulationKey::new(position, candidate))
+        Ok(request
+            .candidates
+            .iter()
+            .filter_map(|candidate| OldestEmulationKey::new(&candidate))
             .min()
             .map(|key| key.position))
     }}

@@ -27,7 +27,11 @@ const KEEP_RESIDENT: usize = 4 << 20;
 const WASMTIME_VERSION: &str = env!("CONCLAVE_WASMTIME_VERSION");
 
 /// The only host interface a plugin may import, in every contract version the host loads.
-const LOG_INTERFACES: [&str; 2] = ["conclave:strategy/log@0.2.", "conclave:strategy/log@0.1."];
+const LOG_INTERFACES: [&str; 3] = [
+    "conclave:strategy/log@0.3.",
+    "conclave:strategy/log@0.2.",
+    "conclave:strategy/log@0.1.",
+];
 
 /// The thread that advances the engine's epoch, every [`EPOCH_TICK`] while any plugin code runs
 /// (and for [`IDLE_LINGER`] after), and not at all otherwise: an idle controller should not wake a
@@ -300,7 +304,7 @@ pub(super) fn check_imports(
                     "; build the plugin with the conclave-strategy SDK (no_std, imports no WASI), \
                      or run with --allow-wasi to give it a deny-all WASI context"
                 } else {
-                    "; a strategy plugin may import only conclave:strategy/log (0.2.x or 0.1.x)"
+                    "; a strategy plugin may import only conclave:strategy/log (0.3.x, 0.2.x or 0.1.x)"
                 },
             });
         }

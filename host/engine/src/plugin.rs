@@ -7,6 +7,7 @@ use super::convert;
 use super::error::{CallError, LoadError};
 use super::limits::{CallLimiter, Limits};
 use super::{CallPhases, MAX_PLUGIN_TEXT};
+use conclave_core::columns::FieldSet;
 use conclave_core::prepared::PreparedRequest;
 use conclave_core::request::ElectionRequest;
 use conclave_core::text::truncate_utf8;
@@ -69,7 +70,7 @@ pub struct PluginInfo {
     pub version: String,
     /// The contract version it was built against, e.g. `0.2.0`.
     pub contract: &'static str,
-    /// What it reads of each candidate beyond versions and times (0.2 plugins), e.g.
+    /// What it reads of each candidate beyond versions and times (0.2 and later), e.g.
     /// `name, labels topology.kubernetes.io/zone`; every field for 0.1 plugins.
     pub reads: String,
     /// The component's imports (only the log interface, or WASI with `--allow-wasi`).
@@ -97,6 +98,7 @@ pub(super) struct StrategyPre {
 
 /// The contract versions the host loads, newest first.
 enum Contract {
+    V0_3(bindings::v0_3::StrategyPre<CallState>),
     V0_2(bindings::v0_2::StrategyPre<CallState>),
     V0_1(bindings::v0_1::StrategyPre<CallState>),
 }
@@ -104,6 +106,7 @@ enum Contract {
 impl Contract {
     fn instance_pre(&self) -> &wasmtime::component::InstancePre<CallState> {
         match self {
+            Self::V0_3(pre) => pre.instance_pre(),
             Self::V0_2(pre) => pre.instance_pre(),
             Self::V0_1(pre) => pre.instance_pre(),
         }
@@ -111,6 +114,7 @@ impl Contract {
 
     fn version(&self) -> &'static str {
         match self {
+            Self::V0_3(_) => "0.3.0",
             Self::V0_2(_) => "0.2.0",
             Self::V0_1(_) => "0.1.0",
         }
@@ -134,14 +138,15 @@ impl StrategyPre {
         let instance_pre = linker
             .instantiate_pre(component)
             .map_err(|e| load_error("cannot link it against the host interface", e))?;
-        let contract = match bindings::v0_2::StrategyPre::new(instance_pre.clone()) {
-            Ok(pre) => Contract::V0_2(pre),
-            Err(newest) => bindings::v0_1::StrategyPre::new(instance_pre)
-                .map(Contract::V0_1)
+        let contract = match bindings::v0_3::StrategyPre::new(instance_pre.clone()) {
+            Ok(pre) => Contract::V0_3(pre),
+            Err(newest) => bindings::v0_2::StrategyPre::new(instance_pre.clone())
+                .map(Contract::V0_2)
+                .or_else(|_| bindings::v0_1::StrategyPre::new(instance_pre).map(Contract::V0_1))
                 .map_err(|_| {
                     load_error(
                         "it does not export the conclave:strategy world (info, elect) of a \
-                         version this host loads (0.2.0 or 0.1.0); as 0.2.0",
+                         version this host loads (0.3.0, 0.2.0 or 0.1.0); as 0.3.0",
                         newest,
                     )
                 })?,
@@ -164,6 +169,11 @@ pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallS
         what: "linking the host interface",
         source,
     };
+    bindings::v0_3::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
+        &mut linker,
+        |state| state,
+    )
+    .map_err(link_error)?;
     bindings::v0_2::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
         &mut linker,
         |state| state,
@@ -184,8 +194,8 @@ pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallS
 pub(super) struct Plugin {
     info: Arc<PluginInfo>,
     pre: StrategyPre,
-    /// What a 0.2 plugin reads; unused for 0.1, which gets every field.
-    reads: bindings::v0_2::Reads,
+    /// What the plugin reads (every field for 0.1).
+    reads: convert::Reads,
     settings: String,
     label: Arc<str>,
 }
@@ -195,24 +205,48 @@ struct ReportedInfo {
     strategies: Vec<String>,
     description: String,
     version: String,
-    reads: Option<bindings::v0_2::Reads>,
+    reads: Option<convert::Reads>,
 }
 
+/// `reads` as a plugin of each contract version declares it (one generated type per version, of
+/// the same shape), as the host's [`convert::Reads`].
+macro_rules! reads_from {
+    ($($name:ident: $version:ident),+) => {$(
+        fn $name(reads: bindings::$version::Reads) -> convert::Reads {
+            use bindings::$version::CandidateFields as F;
+            let fields = reads.fields;
+            convert::Reads {
+                fields: FieldSet {
+                    name: fields.contains(F::NAME),
+                    strategy: fields.contains(F::STRATEGY),
+                    version_text: fields.contains(F::VERSION_TEXT),
+                    labels: fields.contains(F::LABELS),
+                    annotations: fields.contains(F::ANNOTATIONS),
+                },
+                label_keys: reads.label_keys,
+                annotation_keys: reads.annotation_keys,
+            }
+        }
+    )+};
+}
+
+reads_from!(reads_v0_3: v0_3, reads_v0_2: v0_2);
+
 /// `reads` in words, for `strategy inspect` and the load log.
-fn describe_reads(reads: Option<&bindings::v0_2::Reads>) -> String {
-    use bindings::v0_2::CandidateFields as F;
+fn describe_reads(reads: Option<&convert::Reads>) -> String {
     let Some(reads) = reads else {
         return "every field (0.1 contract)".to_owned();
     };
+    let fields = reads.fields;
     let mut parts: Vec<String> = [
-        (F::NAME, "name"),
-        (F::STRATEGY, "strategy"),
-        (F::VERSION_TEXT, "version text"),
-        (F::LABELS, "labels"),
-        (F::ANNOTATIONS, "annotations"),
+        (fields.name, "name"),
+        (fields.strategy, "strategy"),
+        (fields.version_text, "version text"),
+        (fields.labels, "labels"),
+        (fields.annotations, "annotations"),
     ]
     .into_iter()
-    .filter(|(flag, _)| reads.fields.contains(*flag))
+    .filter(|(read, _)| *read)
     .map(|(_, name)| name.to_owned())
     .collect();
     for (kind, keys) in [
@@ -238,6 +272,15 @@ impl Plugin {
         let label: Arc<str> = info.source.to_string().into();
         let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
         let reported = match &pre.contract {
+            Contract::V0_3(contract) => contract
+                .instantiate(&mut store)
+                .and_then(|instance| instance.call_info(&mut store))
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: Some(reads_v0_3(info.reads)),
+                }),
             Contract::V0_2(contract) => contract
                 .instantiate(&mut store)
                 .and_then(|instance| instance.call_info(&mut store))
@@ -245,7 +288,7 @@ impl Plugin {
                     strategies: info.strategies,
                     description: info.description,
                     version: info.version,
-                    reads: Some(info.reads),
+                    reads: Some(reads_v0_2(info.reads)),
                 }),
             Contract::V0_1(contract) => contract
                 .instantiate(&mut store)
@@ -321,11 +364,7 @@ impl Plugin {
         Ok(Self {
             info: Arc::new(info),
             pre,
-            reads: reported.reads.unwrap_or(bindings::v0_2::Reads {
-                fields: bindings::v0_2::CandidateFields::all(),
-                label_keys: Vec::new(),
-                annotation_keys: Vec::new(),
-            }),
+            reads: reported.reads.unwrap_or_else(convert::Reads::everything),
             settings,
             label,
         })
@@ -359,21 +398,29 @@ impl Plugin {
         } else {
             &request.settings
         };
-        let prepared =
-            match &self.pre.contract {
-                Contract::V0_2(_) => Some(PreparedRequest::new(request).map_err(|error| {
-                    CallError::InvalidRequest {
-                        strategy: strategy.to_owned(),
-                        reason: error.to_string(),
-                    }
-                })?),
-                Contract::V0_1(_) => None,
-            };
-        let wit_request = match &prepared {
-            Some(prepared) => {
+        let prepared = match &self.pre.contract {
+            Contract::V0_3(_) | Contract::V0_2(_) => Some(PreparedRequest::new(request).map_err(
+                |error| CallError::InvalidRequest {
+                    strategy: strategy.to_owned(),
+                    reason: error.to_string(),
+                },
+            )?),
+            Contract::V0_1(_) => None,
+        };
+        let columns = match (&self.pre.contract, &prepared) {
+            (Contract::V0_3(_), Some(prepared)) => {
+                Some(convert::v0_3::columns(prepared, &self.reads))
+            }
+            _ => None,
+        };
+        let wit_request = match (&prepared, &columns) {
+            (Some(prepared), Some(columns)) => {
+                WitRequest::V0_3(convert::v0_3::request(prepared, columns, settings))
+            }
+            (Some(prepared), None) => {
                 WitRequest::V0_2(convert::v0_2::request(prepared, settings, &self.reads))
             }
-            None => WitRequest::V0_1(convert::request(request, settings)),
+            _ => WitRequest::V0_1(convert::request(request, settings)),
         };
         lap(|p| &mut p.convert);
         let lease = format!("{}/{}", request.lease.namespace, request.lease.name);
@@ -393,6 +440,12 @@ impl Plugin {
             .and_then(|instance| {
                 // No post-return: the instance is dropped right after, with everything it allocated.
                 let answer = match &wit_request {
+                    WitRequest::V0_3(wit) => instance
+                        .get_typed_func::<(&convert::v0_3::Request<'_>,), (Answer<u32>,)>(
+                            &mut store, elect,
+                        )
+                        .and_then(|elect| elect.call(&mut store, (wit,)))
+                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position))),
                     WitRequest::V0_2(wit) => instance
                         .get_typed_func::<(&convert::v0_2::Request<'_>,), (Answer<u32>,)>(
                             &mut store, elect,
@@ -421,7 +474,9 @@ impl Plugin {
             }
             Ok(Ok(Some(Choice::Name(answer)))) => Ok(Some(answer)),
             Ok(Ok(Some(Choice::Position(position)))) => {
-                let prepared = prepared.as_ref().expect("a position answers a 0.2 request");
+                let prepared = prepared
+                    .as_ref()
+                    .expect("a position answers a 0.2 or 0.3 request");
                 match prepared.name_at(position) {
                     Some(name) => Ok(Some(name.to_owned())),
                     None => Err(invalid(format!(
@@ -444,18 +499,24 @@ impl Plugin {
         };
         drop(store);
         drop(wit_request);
+        drop(columns);
         lap(|p| &mut p.teardown);
         outcome
     }
 }
 
 /// The request as the plugin's contract version shapes it.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per call, on the stack; boxing the 0.3 request would add an allocation to every call"
+)]
 enum WitRequest<'a> {
+    V0_3(convert::v0_3::Request<'a>),
     V0_2(convert::v0_2::Request<'a>),
     V0_1(convert::Request<'a>),
 }
 
-/// What `elect` returns: `T` is a position (0.2) or a name (0.1).
+/// What `elect` returns: `T` is a position (0.2 and later) or a name (0.1).
 type Answer<T> = Result<Option<T>, String>;
 
 /// Whom a plugin elected, as its contract version says it.
@@ -606,33 +667,31 @@ impl CallState {
     }
 }
 
-impl bindings::v0_2::conclave::strategy::log::Host for CallState {
-    fn log(&mut self, level: bindings::v0_2::conclave::strategy::log::Level, message: String) {
-        use bindings::v0_2::conclave::strategy::log::Level;
-        let level = match level {
-            Level::Trace => tracing::Level::TRACE,
-            Level::Debug => tracing::Level::DEBUG,
-            Level::Info => tracing::Level::INFO,
-            Level::Warn => tracing::Level::WARN,
-            Level::Error => tracing::Level::ERROR,
-        };
-        CallState::log(self, level, message);
-    }
+/// The `log` import of each contract version: the same interface, but a type of its own per
+/// version, so one impl each, all mapping onto [`CallState::log`].
+macro_rules! log_host {
+    ($($version:ident),+) => {$(
+        impl bindings::$version::conclave::strategy::log::Host for CallState {
+            fn log(
+                &mut self,
+                level: bindings::$version::conclave::strategy::log::Level,
+                message: String,
+            ) {
+                use bindings::$version::conclave::strategy::log::Level;
+                let level = match level {
+                    Level::Trace => tracing::Level::TRACE,
+                    Level::Debug => tracing::Level::DEBUG,
+                    Level::Info => tracing::Level::INFO,
+                    Level::Warn => tracing::Level::WARN,
+                    Level::Error => tracing::Level::ERROR,
+                };
+                CallState::log(self, level, message);
+            }
+        }
+    )+};
 }
 
-impl bindings::v0_1::conclave::strategy::log::Host for CallState {
-    fn log(&mut self, level: bindings::v0_1::conclave::strategy::log::Level, message: String) {
-        use bindings::v0_1::conclave::strategy::log::Level;
-        let level = match level {
-            Level::Trace => tracing::Level::TRACE,
-            Level::Debug => tracing::Level::DEBUG,
-            Level::Info => tracing::Level::INFO,
-            Level::Warn => tracing::Level::WARN,
-            Level::Error => tracing::Level::ERROR,
-        };
-        CallState::log(self, level, message);
-    }
-}
+log_host!(v0_3, v0_2, v0_1);
 
 /// The WASI context for `--allow-wasi` plugins: no preopened directories, no environment or
 /// arguments, no network, a wall clock fixed at the request's `now`, a monotonic clock that does

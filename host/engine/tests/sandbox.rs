@@ -505,31 +505,21 @@ fn a_0_1_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
     assert!(error.to_string().len() < 2 * MAX_PLUGIN_TEXT);
 }
 
-/// The built-in OldestEmulationVersion as it was built against `conclave:strategy@0.1.0`, before
-/// 0.2 existed (`fixtures/v0.1/`), loaded from a file.
-fn v0_1_engine() -> Engine {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/v0.1/oldest_emulation_version.wasm");
-    Engine::from_file(config(Path::new("unused")), &path).expect("a 0.1 component loads")
+/// The built-in OldestEmulationVersion as it was built against an older contract version, kept in
+/// `fixtures/v0.1/` and `fixtures/v0.2/`, loaded from a file.
+fn fixture_engine(version: &str) -> Engine {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/fixtures/v{version}/oldest_emulation_version.wasm"
+    ));
+    Engine::from_file(config(Path::new("unused")), &path)
+        .unwrap_or_else(|error| panic!("a {version} component loads: {error}"))
 }
 
 #[test]
-fn a_component_built_against_0_1_loads_and_elects_like_the_0_2_builtin() {
-    let old = v0_1_engine();
-    let info = old.plugins();
-    assert_eq!(info.len(), 1);
-    assert_eq!(info[0].contract, "0.1.0");
-    assert!(
-        info[0]
-            .imports
-            .iter()
-            .any(|i| i.starts_with("conclave:strategy/log@0.1.")),
-        "{:?}",
-        info[0].imports
-    );
+fn components_built_against_0_1_and_0_2_load_and_elect_like_the_0_3_builtin() {
     let current = Engine::new(EngineConfig::default()).unwrap();
     let builtin = current.plugins();
-    assert_eq!(builtin[0].contract, "0.2.0");
+    assert_eq!(builtin[0].contract, "0.3.0");
     assert_eq!(builtin[0].reads, "versions and times only");
 
     let mut cases = vec![request(OLDEST_EMULATION_VERSION)];
@@ -544,10 +534,6 @@ fn a_component_built_against_0_1_loads_and_elects_like_the_0_2_builtin() {
     let mut nobody = request(OLDEST_EMULATION_VERSION);
     nobody.candidates = vec![candidate("broken", "x", "y")];
     cases.push(nobody);
-    for case in &cases {
-        let expected = current.elect(OLDEST_EMULATION_VERSION, case).unwrap();
-        assert_eq!(old.elect(OLDEST_EMULATION_VERSION, case).unwrap(), expected);
-    }
     assert_eq!(
         current
             .elect(OLDEST_EMULATION_VERSION, &cases[1])
@@ -556,6 +542,140 @@ fn a_component_built_against_0_1_loads_and_elects_like_the_0_2_builtin() {
         Some("pre"),
         "a pre-release sorts before its release"
     );
+    for version in ["0.1", "0.2"] {
+        let old = fixture_engine(version);
+        let info = old.plugins();
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].contract, format!("{version}.0"));
+        assert!(
+            info[0]
+                .imports
+                .iter()
+                .any(|i| i.starts_with(&format!("conclave:strategy/log@{version}."))),
+            "{:?}",
+            info[0].imports
+        );
+        for case in &cases {
+            let expected = current.elect(OLDEST_EMULATION_VERSION, case).unwrap();
+            assert_eq!(
+                old.elect(OLDEST_EMULATION_VERSION, case).unwrap(),
+                expected,
+                "the {version} component"
+            );
+        }
+    }
+}
+
+/// What `fixtures/echo-guest` describes for `request`: what a 0.3 plugin reading every field
+/// should see.
+fn expected_echo(request: &ElectionRequest) -> String {
+    use conclave_core::version::Version;
+    let lease = &request.lease;
+    let mut sorted: Vec<&CandidateView> = request.candidates.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let index = |name: &Option<String>| {
+        name.as_ref()
+            .and_then(|name| sorted.iter().position(|c| &c.name == name))
+            .map(|i| i as u32)
+    };
+    let mut seen = format!(
+        "lease {}/{} holder {:?}@{:?} preferred {:?}@{:?} expired {} now {} settings {:?}\n",
+        lease.namespace,
+        lease.name,
+        lease.holder,
+        index(&lease.holder),
+        lease.preferred_holder,
+        index(&lease.preferred_holder),
+        lease.expired,
+        request.now.as_micros(),
+        request.settings
+    );
+    // Orders: the rank of each distinct parsed version of the request.
+    let mut distinct: Vec<Version> = sorted
+        .iter()
+        .flat_map(|c| [&c.binary_version, &c.emulation_version])
+        .filter_map(|text| Version::parse_tolerant(text).ok())
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    let version = |text: &str| match Version::parse_tolerant(text) {
+        Ok(parsed) => {
+            let order = distinct.iter().position(|v| *v == parsed).unwrap();
+            let pre = if parsed.pre.is_empty() { "" } else { "-pre" };
+            format!(
+                "{}.{}.{}{pre}#{order}",
+                parsed.major, parsed.minor, parsed.patch
+            )
+        }
+        Err(_) => "none".into(),
+    };
+    let micros = |t: Option<Timestamp>| t.map(Timestamp::as_micros);
+    for (i, c) in sorted.iter().enumerate() {
+        let pairs = |pairs: &[(String, String)]| -> Vec<(String, String)> { pairs.to_vec() };
+        seen.push_str(&format!(
+            "{i} {} binary {} {:?} emulation {} {:?} strategy {:?} created {:?} renewed {:?} \
+             pinged {:?} labels {:?} annotations {:?}\n",
+            c.name,
+            version(&c.binary_version),
+            c.binary_version,
+            version(&c.emulation_version),
+            c.emulation_version,
+            c.strategy,
+            micros(c.creation_time),
+            micros(c.renew_time),
+            micros(c.ping_time),
+            pairs(&c.labels),
+            pairs(&c.annotations),
+        ));
+    }
+    seen
+}
+
+#[test]
+fn every_column_of_a_0_3_request_arrives_intact() {
+    let wasm = build_fixture("echo-guest");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("echo.wasm")).unwrap();
+    let engine = engine_with(dir.path()).unwrap();
+    let info = engine
+        .plugins()
+        .into_iter()
+        .find(|info| info.strategies == ["test/echo"])
+        .unwrap();
+    assert_eq!(info.contract, "0.3.0");
+    assert_eq!(
+        info.reads,
+        "versions, times, name, strategy, version text, labels, annotations"
+    );
+
+    let mut request = request("test/echo");
+    request.lease.holder = Some("zeta".into());
+    request.lease.preferred_holder = Some("gone".into());
+    request.settings = r#"{"a": 1}"#.into();
+    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    let mut zeta = candidate("zeta", "v1.33", "1.32.0-rc.1");
+    zeta.labels = vec![pair("app", "sched"), pair("zone", "b")];
+    zeta.annotations = vec![pair("coordination.conclave.dev/priority", "7")];
+    zeta.renew_time = Some(Timestamp::from_secs(1_799_999_990));
+    zeta.ping_time = Some(Timestamp::from_secs(1_799_999_980));
+    let mut alpha = candidate("alpha", "latest", "");
+    alpha.creation_time = None;
+    alpha.strategy = "example.com/other".into();
+    alpha.labels = vec![pair("zone", "a")];
+    let mut mid = candidate("mid", "1.33.0", "1.32.0");
+    mid.labels = vec![pair("zone", "b"), pair("zzz", "ünïcode ✓")];
+    request.candidates = vec![zeta, alpha, mid];
+    let expected = expected_echo(&request);
+    // The request's distinct versions in order: 1.32.0-rc.1 < 1.32.0 < 1.33.0 (= v1.33).
+    assert!(
+        expected.contains("2 zeta binary 1.33.0#2 \"v1.33\" emulation 1.32.0-pre#0"),
+        "{expected}"
+    );
+    let error = engine.elect("test/echo", &request).unwrap_err();
+    let CallError::PluginError { message, .. } = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(message, &expected);
 }
 
 #[test]

@@ -38,7 +38,7 @@ impl Strategy for LeastDisruption {
         let mut best: Option<OldestEmulationKey> = None;
         let mut holder: Option<OldestEmulationKey> = None;
         for (position, candidate) in positions(&request.candidates) {
-            let Some(key) = OldestEmulationKey::new(position, candidate) else {
+            let Some(key) = OldestEmulationKey::new(&candidate) else {
                 continue;
             };
             if live_holder == Some(position) {

@@ -38,17 +38,19 @@ impl Strategy for Priority {
     };
 
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
-        Ok(positions(&request.candidates)
-            .filter_map(|(position, c)| {
-                let key = OldestEmulationKey::new(position, c)?;
-                Some((Reverse(priority(c)), key))
+        Ok(request
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                let key = OldestEmulationKey::new(&c)?;
+                Some((Reverse(priority(&c)), key))
             })
             .min()
             .map(|(_, key)| key.position))
     }
 }
 
-fn priority(candidate: &Candidate) -> i32 {
+fn priority(candidate: &Candidate<'_>) -> i32 {
     let Some(value) = candidate.annotation(PRIORITY_ANNOTATION) else {
         return 0;
     };

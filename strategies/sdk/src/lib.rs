@@ -3,7 +3,7 @@
 //! A strategy decides who leads a Lease. Write one by implementing [`Strategy`] and exporting it
 //! with [`export_strategy!`]; build the crate (a `cdylib`) with
 //! `cargo build --target wasm32-wasip2 --release` and the result is a WebAssembly component that
-//! implements `conclave:strategy@0.2.0` (see `wit/strategy.wit`) and imports nothing but the
+//! implements `conclave:strategy@0.3.0` (see `wit/strategy.wit`) and imports nothing but the
 //! host's log.
 //!
 //! ```ignore
@@ -19,8 +19,10 @@
 //!     const READS: Reads = Reads::NOTHING;
 //!
 //!     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
-//!         Ok(positions(&request.candidates)
-//!             .filter_map(|(i, c)| Some((core::cmp::Reverse(c.emulation_version?.order), i)))
+//!         Ok(request
+//!             .candidates
+//!             .iter()
+//!             .filter_map(|c| Some((core::cmp::Reverse(c.emulation_version()?.order), c.position())))
 //!             .min()
 //!             .map(|(_, i)| i))
 //!     }
@@ -31,13 +33,15 @@
 //!
 //! # What a rule gets, and what it answers
 //!
-//! - Candidates arrive sorted by name, so "the first name" is the lowest position.
+//! - Candidates arrive sorted by name, so "the first name" is the lowest position. They cross
+//!   into the component as columns (one list per field, the fastest shape to copy);
+//!   `request.candidates.iter()` gives each as a [`Candidate`] all the same.
 //! - Versions arrive parsed ([`ParsedVersion`]); compare them by `order`.
 //! - Other fields (name, strategy, version text, labels, annotations) arrive only when
 //!   [`Strategy::READS`] asks for them: each string costs an allocation inside the plugin, and
 //!   for most rules crossing into the component was most of the cost of an election. The default
 //!   reads everything; narrow it once the rule works.
-//! - `elect` answers with the winner's position in `request.candidates`.
+//! - `elect` answers with the winner's position ([`Candidate::position`]).
 //!
 //! [`native::elect_native`] runs a strategy on a controller-side request without WebAssembly, exactly as
 //! the host would hand it to the component: use it in unit tests.
@@ -90,9 +94,9 @@ mod alloc_bump;
 #[cfg(target_arch = "wasm32")]
 pub use alloc_bump::BumpAllocator;
 
-pub use bindings::{Candidate, CandidateFields, ElectionRequest, Lease, ParsedVersion};
+pub use bindings::{CandidateColumns, CandidateFields, ElectionRequest, Lease};
 pub use rank::{OldestEmulationKey, pick_oldest_emulation_version};
-pub use request::{Reads, positions};
+pub use request::{Candidate, ParsedVersion, Reads, positions};
 
 /// What a strategy author writes: the names the strategy answers to, a description, what it
 /// reads, and the rule.
@@ -110,7 +114,7 @@ pub trait Strategy {
 
     /// Decides one election.
     ///
-    /// Return `Ok(Some(i))` when `request.candidates[i]` should lead, `Ok(None)` when nobody
+    /// Return `Ok(Some(i))` when the candidate at position `i` should lead, `Ok(None)` when nobody
     /// should lead, or `Err(message)` when the strategy cannot decide (for example its settings in
     /// `request.settings` are invalid). The host rejects a position past the end. Candidates are
     /// sorted by name; the answer must depend on nothing but the request.
@@ -120,8 +124,9 @@ pub trait Strategy {
 /// Everything a plugin usually needs: `use conclave_strategy::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Candidate, CandidateFields, ElectionRequest, Lease, OldestEmulationKey, ParsedVersion,
-        Reads, Strategy, Timestamp, Version, log, pick_oldest_emulation_version, positions,
+        Candidate, CandidateColumns, CandidateFields, ElectionRequest, Lease, OldestEmulationKey,
+        ParsedVersion, Reads, Strategy, Timestamp, Version, log, pick_oldest_emulation_version,
+        positions,
     };
     pub use alloc::borrow::ToOwned;
     pub use alloc::boxed::Box;

@@ -4,57 +4,38 @@
 pub use conclave_core::request::{CandidateView, ElectionRequest as ControllerRequest, LeaseView};
 
 use crate::Strategy;
-use crate::bindings::{Candidate, CandidateFields, ElectionRequest, Lease, ParsedVersion};
+use crate::bindings::{
+    CandidateColumns, CandidateFields, ElectionRequest, KeyedColumn, Lease, PackedStrings,
+    ParsedVersion, StringColumn,
+};
 use crate::request::Reads;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use conclave_core::prepared::{self, PreparedCandidate, PreparedRequest};
+use conclave_core::columns::{self, Columns, FieldSet};
+use conclave_core::prepared::PreparedRequest;
 
-fn version(parsed: prepared::ParsedVersion) -> ParsedVersion {
-    ParsedVersion {
-        major: parsed.major,
-        minor: parsed.minor,
-        patch: parsed.patch,
-        pre_release: parsed.pre_release,
-        order: parsed.order,
+fn packed(packed: &columns::PackedStrings) -> PackedStrings {
+    PackedStrings {
+        text: packed.text.clone(),
+        ends: packed.ends.clone(),
     }
 }
 
-fn pairs(
-    pairs: &[(String, String)],
-    all: bool,
-    keys: &'static [&'static str],
-) -> Option<Vec<(String, String)>> {
-    let read: Vec<(String, String)> = prepared::read_pairs(pairs, all, keys).cloned().collect();
-    (!read.is_empty()).then_some(read)
+fn column(column: &columns::StringColumn) -> StringColumn {
+    StringColumn {
+        values: column.values.clone(),
+        dictionary: packed(&column.dictionary),
+    }
 }
 
-fn candidate(prepared: &PreparedCandidate<'_>, reads: &Reads) -> Candidate {
-    let view = prepared.view;
-    let fields = reads.fields;
-    let text =
-        |field: CandidateFields, value: &str| fields.contains(field).then(|| value.to_string());
-    Candidate {
-        binary_version: prepared.binary_version.map(version),
-        emulation_version: prepared.emulation_version.map(version),
-        creation_time: view.creation_time.map(|t| t.as_micros()),
-        renew_time: view.renew_time.map(|t| t.as_micros()),
-        ping_time: view.ping_time.map(|t| t.as_micros()),
-        name: text(CandidateFields::NAME, &view.name),
-        strategy: text(CandidateFields::STRATEGY, &view.strategy),
-        binary_version_text: text(CandidateFields::VERSION_TEXT, &view.binary_version),
-        emulation_version_text: text(CandidateFields::VERSION_TEXT, &view.emulation_version),
-        labels: pairs(
-            &view.labels,
-            fields.contains(CandidateFields::LABELS),
-            reads.label_keys,
-        ),
-        annotations: pairs(
-            &view.annotations,
-            fields.contains(CandidateFields::ANNOTATIONS),
-            reads.annotation_keys,
-        ),
-    }
+fn keyed(columns: &[columns::KeyedColumn<'_>]) -> Vec<KeyedColumn> {
+    columns
+        .iter()
+        .map(|keyed| KeyedColumn {
+            key: keyed.key.to_string(),
+            column: column(&keyed.column),
+        })
+        .collect()
 }
 
 /// The request a component that reads `reads` gets for `prepared`, as owned WIT values.
@@ -62,6 +43,14 @@ fn candidate(prepared: &PreparedCandidate<'_>, reads: &Reads) -> Candidate {
 pub fn request_from_core(prepared: &PreparedRequest<'_>, reads: &Reads) -> ElectionRequest {
     let request = prepared.request;
     let lease = &request.lease;
+    let fields = FieldSet {
+        name: reads.fields.contains(CandidateFields::NAME),
+        strategy: reads.fields.contains(CandidateFields::STRATEGY),
+        version_text: reads.fields.contains(CandidateFields::VERSION_TEXT),
+        labels: reads.fields.contains(CandidateFields::LABELS),
+        annotations: reads.fields.contains(CandidateFields::ANNOTATIONS),
+    };
+    let columns = Columns::new(prepared, fields, reads.label_keys, reads.annotation_keys);
     ElectionRequest {
         lease: Lease {
             namespace: lease.namespace.clone(),
@@ -75,11 +64,29 @@ pub fn request_from_core(prepared: &PreparedRequest<'_>, reads: &Reads) -> Elect
         },
         now: request.now.as_micros(),
         settings: request.settings.clone(),
-        candidates: prepared
-            .candidates
-            .iter()
-            .map(|c| candidate(c, reads))
-            .collect(),
+        candidates: CandidateColumns {
+            binary_version: columns.binary_version,
+            emulation_version: columns.emulation_version,
+            versions: columns
+                .versions
+                .iter()
+                .map(|version| ParsedVersion {
+                    major: version.major,
+                    minor: version.minor,
+                    patch: version.patch,
+                    pre_release: version.pre_release,
+                })
+                .collect(),
+            creation_time: columns.creation_time,
+            renew_time: columns.renew_time,
+            ping_time: columns.ping_time,
+            names: columns.names.as_ref().map(packed),
+            strategy: columns.strategy.as_ref().map(column),
+            binary_version_text: columns.binary_version_text.as_ref().map(column),
+            emulation_version_text: columns.emulation_version_text.as_ref().map(column),
+            labels: keyed(&columns.labels),
+            annotations: keyed(&columns.annotations),
+        },
     }
 }
 

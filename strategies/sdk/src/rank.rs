@@ -1,8 +1,8 @@
-//! Kubernetes' `OldestEmulationVersion` ranking on a 0.2 request, for the built-in strategy and the
+//! Kubernetes' `OldestEmulationVersion` ranking on a 0.3 request, for the built-in strategy and the
 //! strategies that break ties with it.
 
-use crate::bindings::Candidate;
-use crate::request::positions;
+use crate::bindings::CandidateColumns;
+use crate::request::Candidate;
 use core::cmp::Ordering;
 
 /// How one eligible candidate ranks under `OldestEmulationVersion`; smaller is better.
@@ -21,17 +21,17 @@ pub struct OldestEmulationKey {
 }
 
 impl OldestEmulationKey {
-    /// The key of the candidate at `position`, or `None` when it is ineligible (a version does not
+    /// The candidate's key, or `None` when it is ineligible (a version does not
     /// parse, or the emulation version is empty).
     #[must_use]
-    pub fn new(position: u32, candidate: &Candidate) -> Option<Self> {
+    pub fn new(candidate: &Candidate<'_>) -> Option<Self> {
         Some(Self {
-            emulation: candidate.emulation_version?.order,
-            binary: candidate.binary_version?.order,
+            emulation: candidate.emulation_version()?.order,
+            binary: candidate.binary_version()?.order,
             created: candidate
-                .creation_time
+                .creation_time()
                 .map_or((true, 0), |created| (false, created)),
-            position,
+            position: candidate.position(),
         })
     }
 
@@ -44,9 +44,10 @@ impl OldestEmulationKey {
 
 /// The position of the candidate `OldestEmulationVersion` elects, or `None` when none is eligible.
 #[must_use]
-pub fn pick_oldest_emulation_version(candidates: &[Candidate]) -> Option<u32> {
-    positions(candidates)
-        .filter_map(|(position, candidate)| OldestEmulationKey::new(position, candidate))
+pub fn pick_oldest_emulation_version(candidates: &CandidateColumns) -> Option<u32> {
+    candidates
+        .iter()
+        .filter_map(|candidate| OldestEmulationKey::new(&candidate))
         .min()
         .map(|key| key.position)
 }

@@ -1,7 +1,9 @@
-//! What a rule reads: [`Reads`], and conveniences on the request's WIT types.
+//! What a rule reads ([`Reads`]), and the candidates of a request seen one at a time
+//! ([`Candidate`]) although they arrive as columns.
 
-use crate::bindings::{self, Candidate, CandidateFields};
-use alloc::string::{String, ToString};
+use crate::bindings::{self, CandidateColumns, CandidateFields};
+use alloc::string::ToString;
+use conclave_core::columns::UNKNOWN_TIME;
 
 /// The candidate fields a rule reads beyond versions and times, as [`Strategy::READS`]
 /// (crate::Strategy::READS) declares them; the host sends only these.
@@ -56,19 +58,125 @@ impl Reads {
     }
 }
 
-/// The candidates with their positions, the value `elect` answers with.
-pub fn positions(candidates: &[Candidate]) -> impl Iterator<Item = (u32, &Candidate)> {
-    // The host never sends more than u32::MAX candidates.
-    (0..=u32::MAX).zip(candidates)
+impl bindings::PackedStrings {
+    /// String `index`, if there is one.
+    #[must_use]
+    pub fn get(&self, index: usize) -> Option<&str> {
+        let end = *self.ends.get(index)? as usize;
+        let start = match index {
+            0 => 0,
+            _ => self.ends[index - 1] as usize,
+        };
+        self.text.get(start..end)
+    }
 }
 
-fn lookup<'a>(pairs: Option<&'a [(String, String)]>, key: &str) -> Option<&'a str> {
-    let pairs = pairs?;
-    let found = pairs.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
-    Some(pairs[found].1.as_str())
+impl bindings::StringColumn {
+    /// The value of candidate `position`, if it has one.
+    #[must_use]
+    pub fn get(&self, position: usize) -> Option<&str> {
+        match *self.values.get(position)? {
+            0 => None,
+            entry => self.dictionary.get(entry as usize - 1),
+        }
+    }
 }
 
-impl Candidate {
+/// A version the host parsed, with its order among the request's versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedVersion {
+    /// The major version.
+    pub major: u64,
+    /// The minor version.
+    pub minor: u64,
+    /// The patch version.
+    pub patch: u64,
+    /// Whether it has a pre-release part, which sorts before its release.
+    pub pre_release: bool,
+    /// Where it stands among the request's versions: lower is older, equal versions have equal
+    /// orders. Compare versions by this.
+    pub order: u32,
+}
+
+/// One candidate of a request: a view of its entry in every column.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    columns: &'a CandidateColumns,
+    position: u32,
+}
+
+fn time(times: &[i64], position: u32) -> Option<i64> {
+    times
+        .get(position as usize)
+        .copied()
+        .filter(|time| *time != UNKNOWN_TIME)
+}
+
+fn keyed<'a>(columns: &'a [bindings::KeyedColumn], key: &str, position: u32) -> Option<&'a str> {
+    let found = columns
+        .binary_search_by(|column| column.key.as_str().cmp(key))
+        .ok()?;
+    columns[found].column.get(position as usize)
+}
+
+fn every_key(
+    columns: &[bindings::KeyedColumn],
+    position: u32,
+) -> impl Iterator<Item = (&str, &str)> {
+    columns.iter().filter_map(move |column| {
+        Some((column.key.as_str(), column.column.get(position as usize)?))
+    })
+}
+
+impl<'a> Candidate<'a> {
+    /// Its position in the request, the value `elect` answers with.
+    #[must_use]
+    pub fn position(&self) -> u32 {
+        self.position
+    }
+
+    fn version(&self, orders: &[u32]) -> Option<ParsedVersion> {
+        let order = *orders.get(self.position as usize)?;
+        let version = self.columns.versions.get(order as usize)?;
+        Some(ParsedVersion {
+            major: version.major,
+            minor: version.minor,
+            patch: version.patch,
+            pre_release: version.pre_release,
+            order,
+        })
+    }
+
+    /// `spec.binaryVersion`, parsed; `None` when it does not parse.
+    #[must_use]
+    pub fn binary_version(&self) -> Option<ParsedVersion> {
+        self.version(&self.columns.binary_version)
+    }
+
+    /// `spec.emulationVersion`, parsed; `None` when it is empty or does not parse.
+    #[must_use]
+    pub fn emulation_version(&self) -> Option<ParsedVersion> {
+        self.version(&self.columns.emulation_version)
+    }
+
+    /// `metadata.creationTimestamp` in microseconds since the Unix epoch, if known.
+    #[must_use]
+    pub fn creation_time(&self) -> Option<i64> {
+        time(&self.columns.creation_time, self.position)
+    }
+
+    /// `spec.renewTime` in microseconds since the Unix epoch, if it ever renewed.
+    #[must_use]
+    pub fn renew_time(&self) -> Option<i64> {
+        time(&self.columns.renew_time, self.position)
+    }
+
+    /// `spec.pingTime` in microseconds since the Unix epoch, if it was ever pinged.
+    #[must_use]
+    pub fn ping_time(&self) -> Option<i64> {
+        time(&self.columns.ping_time, self.position)
+    }
+
     /// The candidate's name.
     ///
     /// # Panics
@@ -77,22 +185,116 @@ impl Candidate {
     /// [`Strategy::READS`](crate::Strategy::READS)): the host did not send them, and a rule that
     /// needs them must say so.
     #[must_use]
-    pub fn name(&self) -> &str {
-        self.name.as_deref().expect(
-            "the strategy reads candidate names but does not declare CandidateFields::NAME in \
-             Strategy::READS",
-        )
+    pub fn name(&self) -> &'a str {
+        self.columns
+            .names
+            .as_ref()
+            .and_then(|names| names.get(self.position as usize))
+            .expect(
+                "the strategy reads candidate names but does not declare CandidateFields::NAME \
+                 in Strategy::READS",
+            )
+    }
+
+    fn text(&self, column: Option<&'a bindings::StringColumn>, field: &str) -> &'a str {
+        let Some(column) = column else {
+            panic!(
+                "the strategy reads the candidates' {field} but does not declare it in \
+                 Strategy::READS"
+            );
+        };
+        column.get(self.position as usize).unwrap_or_default()
+    }
+
+    /// `spec.strategy`.
+    ///
+    /// # Panics
+    ///
+    /// When the strategy does not read it (`CandidateFields::STRATEGY`).
+    #[must_use]
+    pub fn strategy(&self) -> &'a str {
+        self.text(self.columns.strategy.as_ref(), "strategy")
+    }
+
+    /// `spec.binaryVersion` as written.
+    ///
+    /// # Panics
+    ///
+    /// When the strategy does not read it (`CandidateFields::VERSION_TEXT`).
+    #[must_use]
+    pub fn binary_version_text(&self) -> &'a str {
+        self.text(self.columns.binary_version_text.as_ref(), "version text")
+    }
+
+    /// `spec.emulationVersion` as written; empty when it is.
+    ///
+    /// # Panics
+    ///
+    /// When the strategy does not read it (`CandidateFields::VERSION_TEXT`).
+    #[must_use]
+    pub fn emulation_version_text(&self) -> &'a str {
+        self.text(self.columns.emulation_version_text.as_ref(), "version text")
     }
 
     /// The value of a label the strategy reads, if the candidate has it.
     #[must_use]
-    pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(self.labels.as_deref(), key)
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        keyed(&self.columns.labels, key, self.position)
     }
 
     /// The value of an annotation the strategy reads, if the candidate has it.
     #[must_use]
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(self.annotations.as_deref(), key)
+    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+        keyed(&self.columns.annotations, key, self.position)
     }
+
+    /// The labels the strategy reads that the candidate has, as `(key, value)` sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        every_key(&self.columns.labels, self.position)
+    }
+
+    /// The annotations the strategy reads that the candidate has, as `(key, value)` sorted by
+    /// key.
+    pub fn annotations(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        every_key(&self.columns.annotations, self.position)
+    }
+}
+
+impl CandidateColumns {
+    /// How many candidates there are.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.binary_version.len()
+    }
+
+    /// Whether there is none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.binary_version.is_empty()
+    }
+
+    /// The candidate at `position`, if there is one.
+    #[must_use]
+    pub fn get(&self, position: u32) -> Option<Candidate<'_>> {
+        ((position as usize) < self.len()).then_some(Candidate {
+            columns: self,
+            position,
+        })
+    }
+
+    /// The candidates in order (by name).
+    pub fn iter(&self) -> impl Iterator<Item = Candidate<'_>> {
+        // The host never sends more than u32::MAX candidates.
+        (0..self.len() as u32).map(move |position| Candidate {
+            columns: self,
+            position,
+        })
+    }
+}
+
+/// The candidates with their positions, the value `elect` answers with.
+pub fn positions(candidates: &CandidateColumns) -> impl Iterator<Item = (u32, Candidate<'_>)> {
+    candidates
+        .iter()
+        .map(|candidate| (candidate.position(), candidate))
 }

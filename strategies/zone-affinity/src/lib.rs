@@ -38,9 +38,11 @@ impl Strategy for ZoneAffinity {
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         let zones = parse_settings(&request.settings)
             .map_err(|problem| format!("invalid settings for {STRATEGY}: {problem}"))?;
-        Ok(positions(&request.candidates)
-            .filter_map(|(position, c)| {
-                let key = OldestEmulationKey::new(position, c)?;
+        Ok(request
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                let key = OldestEmulationKey::new(&c)?;
                 let preference = c
                     .label(ZONE_LABEL)
                     .and_then(|zone| zones.iter().position(|z| z == zone))
