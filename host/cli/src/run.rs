@@ -44,6 +44,8 @@ pub struct RunArgs {
     /// Accept plugins that import WASI (given a deny-all context).
     #[arg(long, env = "CONCLAVE_ALLOW_WASI")]
     pub allow_wasi: bool,
+    #[command(flatten)]
+    pub limits: crate::strategy::LimitArgs,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "CONCLAVE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -139,6 +141,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         allow_wasi: args.allow_wasi,
         cache_dir: args.plugin_cache_dir.clone().or_else(default_cache_dir),
         default_limits: Limits::default(),
+        limit_overrides: args.limits.overrides(),
     })
     .context("loading strategy plugins")?;
     for info in engine.strategies() {

@@ -105,6 +105,7 @@ fn engine(plugins: Option<PathBuf>, allow_wasi: bool) -> anyhow::Result<Engine> 
         allow_wasi,
         cache_dir: default_cache_dir(),
         default_limits: Limits::default(),
+        ..EngineConfig::default()
     })
     .context("loading strategy plugins")
 }

@@ -6,7 +6,9 @@ use conclave_core::k8s::{candidate_view, lease_record, timestamp};
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
-use conclave_engine::{Engine, EngineConfig, Limits, PluginInfo};
+use conclave_engine::{
+    Engine, EngineConfig, LimitOverrides, Limits, PluginInfo, default_cache_dir,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use serde::Deserialize;
@@ -34,7 +36,8 @@ enum StrategyCommand {
         /// The vector file (JSON).
         #[arg(long)]
         vectors: PathBuf,
-        /// Run every case under this strategy name, unless a case names its own.
+        /// Run every case under this strategy name, including cases that name their own (e.g.
+        /// a third-party plugin running the built-in's vectors).
         #[arg(long)]
         strategy: Option<String>,
         #[command(flatten)]
@@ -81,15 +84,13 @@ pub struct EngineArgs {
     /// Accept plugins that import WASI, giving them a deny-all WASI context.
     #[arg(long, env = "CONCLAVE_ALLOW_WASI")]
     allow_wasi: bool,
-    /// Cache compiled plugin code in this directory (keyed by sha256 and wasmtime version).
+    /// Cache compiled plugin code in this directory (keyed by sha256 and wasmtime version);
+    /// default: the cache `conclave run` uses, `$XDG_CACHE_HOME/conclave/wasm`, else
+    /// `~/.cache/conclave/wasm`.
     #[arg(long, env = "CONCLAVE_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
-    /// Per-call time limit in milliseconds.
-    #[arg(long, default_value_t = 10)]
-    time_limit_ms: u64,
-    /// Per-call memory limit in MiB.
-    #[arg(long, default_value_t = 16)]
-    memory_limit_mib: usize,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 impl EngineArgs {
@@ -97,12 +98,40 @@ impl EngineArgs {
         EngineConfig {
             plugins_dir: None,
             allow_wasi: self.allow_wasi,
-            cache_dir: self.cache_dir.clone(),
-            default_limits: Limits {
-                time: Duration::from_millis(self.time_limit_ms),
-                memory_bytes: self.memory_limit_mib << 20,
-                ..Limits::default()
-            },
+            cache_dir: self.cache_dir.clone().or_else(default_cache_dir),
+            default_limits: Limits::default(),
+            limit_overrides: self.limits.overrides(),
+        }
+    }
+}
+
+/// Per-call plugin limits set on the command line: each replaces the same limit in every
+/// plugin's sidecar (with a warning that says so); unset, the sidecar's or the default applies.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// CPU time one call may take, in milliseconds (default: the sidecar's `time_ms`, else 10).
+    #[arg(long, env = "CONCLAVE_PLUGIN_TIME_LIMIT_MS", value_name = "MS")]
+    time_limit_ms: Option<u64>,
+    /// Linear memory one call may grow to, in MiB (default: the sidecar's `memory_bytes`, else 16).
+    #[arg(long, env = "CONCLAVE_PLUGIN_MEMORY_LIMIT_MIB", value_name = "MIB")]
+    memory_limit_mib: Option<usize>,
+    /// Elements a table may grow to (default: the sidecar's `table_elements`, else 10000).
+    #[arg(long, env = "CONCLAVE_PLUGIN_TABLE_LIMIT", value_name = "ELEMENTS")]
+    table_limit: Option<usize>,
+    /// Core instances, tables and memories one instantiation may create (default: the sidecar's
+    /// `instances`, else 64; at most 128).
+    #[arg(long, env = "CONCLAVE_PLUGIN_INSTANCE_LIMIT", value_name = "COUNT")]
+    instance_limit: Option<usize>,
+}
+
+impl LimitArgs {
+    /// The limits given, as overrides of every sidecar.
+    pub fn overrides(&self) -> LimitOverrides {
+        LimitOverrides {
+            time_ms: self.time_limit_ms,
+            memory_bytes: self.memory_limit_mib.map(|mib| mib.saturating_mul(1 << 20)),
+            table_elements: self.table_limit,
+            instances: self.instance_limit,
         }
     }
 }
@@ -473,10 +502,8 @@ fn test(
     let target = Target::load(plugin, args)?;
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in &file.cases {
-        let name = case
-            .strategy
-            .as_deref()
-            .or(strategy)
+        let name = strategy
+            .or(case.strategy.as_deref())
             .unwrap_or(&file.strategy);
         let settings = case.settings.as_ref().or(file.settings.as_ref());
         let request = case_request(case, name, settings);
@@ -639,15 +666,50 @@ struct Samples {
     cpu: Vec<Duration>,
 }
 
-/// Times `iterations` calls of `decide` after a warm-up; returns the sorted latencies and the
-/// answer.
+/// Decisions of one row that failed instead of electing, counted so the row still reports the
+/// ones that succeeded.
+#[derive(Debug, Default)]
+struct Failures {
+    /// Calls stopped by the time limit.
+    over_limit: usize,
+    /// Calls that failed otherwise (trap, memory limit, plugin error, invalid answer).
+    other: usize,
+    /// The first failure's error, to show with the row.
+    first: Option<String>,
+}
+
+impl Failures {
+    fn count(&self) -> usize {
+        self.over_limit + self.other
+    }
+
+    fn record(&mut self, error: &anyhow::Error) {
+        let over_limit = matches!(
+            error.downcast_ref::<conclave_engine::CallError>(),
+            Some(conclave_engine::CallError::LimitExceeded { .. })
+        );
+        if over_limit {
+            self.over_limit += 1;
+        } else {
+            self.other += 1;
+        }
+        self.first.get_or_insert_with(|| format!("{error:#}"));
+    }
+}
+
+/// Times `iterations` calls of `decide` after a warm-up; returns the sorted latencies of the
+/// calls that decided, the last answer, and the calls that failed (warm-up included).
 fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
     iterations: usize,
     mut decide: F,
-) -> anyhow::Result<(Samples, Option<String>)> {
+) -> (Samples, Option<String>, Failures) {
     let mut answer = None;
+    let mut failures = Failures::default();
     for _ in 0..iterations.div_ceil(10) {
-        answer = decide()?;
+        match decide() {
+            Ok(decided) => answer = decided,
+            Err(error) => failures.record(&error),
+        }
     }
     let mut samples = Samples {
         wall: Vec::with_capacity(iterations),
@@ -656,14 +718,20 @@ fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
     for _ in 0..iterations {
         let cpu = cpu_time::ThreadTime::now();
         let started = Instant::now();
-        let result = decide()?;
-        samples.wall.push(started.elapsed());
-        samples.cpu.push(cpu.elapsed());
-        std::hint::black_box(result);
+        let result = decide();
+        let (wall, cpu) = (started.elapsed(), cpu.elapsed());
+        match result {
+            Ok(decided) => {
+                samples.wall.push(wall);
+                samples.cpu.push(cpu);
+                answer = decided;
+            }
+            Err(error) => failures.record(&error),
+        }
     }
     samples.wall.sort();
     samples.cpu.sort();
-    Ok((samples, answer))
+    (samples, answer, failures)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -725,15 +793,29 @@ fn bench(
         "strategy", "cands", "wasm p50", "wasm p99", "wasm cpu", "native", "nat. p99", "ratio"
     );
     let mut breakdowns = Vec::new();
+    let mut failed_rows = 0usize;
     for target in &targets {
         let strategy = target.strategy(strategy);
         let native = native_rule(&strategy);
         for &size in sizes {
             let mut request = bench_request(&strategy, size);
             request.settings = settings.unwrap_or_default().to_owned();
-            let (wasm, wasm_answer) = time_calls(iterations, || {
+            let (wasm, wasm_answer, failures) = time_calls(iterations, || {
                 Ok(target.engine.elect(&strategy, &request)?)
-            })?;
+            });
+            if failures.count() > 0 {
+                failed_rows += 1;
+            }
+            if wasm.wall.is_empty() {
+                println!(
+                    "{strategy:<32} {size:>6} every decision failed ({} over the time limit, {} \
+                     otherwise): {}",
+                    failures.over_limit,
+                    failures.other,
+                    failures.first.as_deref().unwrap_or_default()
+                );
+                continue;
+            }
             let (wasm_p50, wasm_p99) = (percentile(&wasm.wall, 0.5), percentile(&wasm.wall, 0.99));
             let mut row = format!(
                 "{strategy:<32} {size:>6} {:>10.1} {:>10.1} {:>10.1}",
@@ -742,9 +824,12 @@ fn bench(
                 micros(percentile(&wasm.cpu, 0.5))
             );
             if let Some(rule) = native {
-                let (native, native_answer) = time_calls(iterations, || {
+                let (native, native_answer, native_failures) = time_calls(iterations, || {
                     rule(&request).map_err(|message| anyhow::anyhow!("native rule: {message}"))
-                })?;
+                });
+                if let Some(error) = native_failures.first {
+                    bail!("{strategy} with {size} candidates: {error}");
+                }
                 let native_p50 = percentile(&native.wall, 0.5);
                 row.push_str(&format!(
                     " {:>10.1} {:>10.1} {:>7.1}x",
@@ -764,12 +849,24 @@ fn bench(
                 row.push_str(&format!(" {:>10} {:>10} {:>8}", "-", "-", "-"));
             }
             println!("{row}  {}", show(wasm_answer.as_deref()));
+            if let Some(error) = &failures.first {
+                println!(
+                    "{:<39} {} of {} decisions failed and are not in the times above ({} over \
+                     the time limit, {} otherwise); the first: {error}",
+                    "",
+                    failures.count(),
+                    iterations + iterations.div_ceil(10),
+                    failures.over_limit,
+                    failures.other
+                );
+            }
             if phases {
                 let mut sum = conclave_engine::CallPhases::default();
                 for _ in 0..iterations {
-                    target
+                    // A failed call is counted above; its phases still show where time went.
+                    let _ = target
                         .engine
-                        .elect_with_phases(&strategy, &request, &mut sum)?;
+                        .elect_with_phases(&strategy, &request, &mut sum);
                 }
                 breakdowns.push((strategy.clone(), size, sum));
             }
@@ -793,6 +890,10 @@ fn bench(
                 per_call(sum.total())
             );
         }
+    }
+    if failed_rows > 0 {
+        println!("\n{failed_rows} row(s) had failed decisions (see above)");
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

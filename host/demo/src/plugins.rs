@@ -53,6 +53,7 @@ fn config(plugins_dir: Option<PathBuf>) -> EngineConfig {
         allow_wasi: false,
         cache_dir: default_cache_dir(),
         default_limits: Limits::default(),
+        ..EngineConfig::default()
     }
 }
 

@@ -1,5 +1,5 @@
-//! The wasmtime engine configuration, its epoch ticker, compilation with an on-disk code cache,
-//! and the import check every component passes before it is linked.
+//! The wasmtime engine configuration, its epoch ticker, and compilation with an on-disk code
+//! cache.
 
 use super::error::LoadError;
 use super::limits::Limits;
@@ -25,13 +25,6 @@ const KEEP_RESIDENT: usize = 4 << 20;
 
 /// The wasmtime version the host is built with, from Cargo.lock (see build.rs); part of the cache key.
 const WASMTIME_VERSION: &str = env!("CONCLAVE_WASMTIME_VERSION");
-
-/// The only host interface a plugin may import, in every contract version the host loads.
-const LOG_INTERFACES: [&str; 3] = [
-    "conclave:strategy/log@0.3.",
-    "conclave:strategy/log@0.2.",
-    "conclave:strategy/log@0.1.",
-];
 
 /// The thread that advances the engine's epoch, every [`EPOCH_TICK`] while any plugin code runs
 /// (and for [`IDLE_LINGER`] after), and not at all otherwise: an idle controller should not wake a
@@ -73,10 +66,13 @@ impl Runtime {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
         let slots = POOL_SLOTS;
         let per_component = u32::try_from(Limits::MAX_INSTANCES).unwrap_or(u32::MAX);
+        // A Rust plugin instantiates 3 core instances, 2 tables and 1 memory; the interpreters
+        // that componentize-py and componentize-js build, dozens of core instances and tables.
+        // Core instances cost the pool only a count; each table slot reserves address space.
         pool.total_component_instances(slots)
-            .total_core_instances(slots * 4)
+            .total_core_instances(slots * 8)
             .total_memories(slots * 2)
-            .total_tables(slots * 4)
+            .total_tables(slots * 8)
             .max_memory_size(Limits::MAX_MEMORY_BYTES)
             .table_elements(Limits::MAX_TABLE_ELEMENTS)
             .max_core_instances_per_component(per_component)
@@ -276,40 +272,6 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-}
-
-/// The component's imports, in order; fails naming the first one Conclave does not provide.
-pub(super) fn check_imports(
-    engine: &wasmtime::Engine,
-    plugin: &str,
-    component: &Component,
-    allow_wasi: bool,
-) -> Result<Vec<String>, LoadError> {
-    let component_type = component.component_type();
-    let imports: Vec<String> = component_type
-        .imports(engine)
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    for import in &imports {
-        let is_wasi = import.starts_with("wasi:");
-        let allowed = LOG_INTERFACES
-            .iter()
-            .any(|prefix| import.starts_with(prefix))
-            || (allow_wasi && is_wasi);
-        if !allowed {
-            return Err(LoadError::ForbiddenImport {
-                plugin: plugin.to_owned(),
-                import: import.clone(),
-                hint: if is_wasi {
-                    "; build the plugin with the conclave-strategy SDK (no_std, imports no WASI), \
-                     or run with --allow-wasi to give it a deny-all WASI context"
-                } else {
-                    "; a strategy plugin may import only conclave:strategy/log (0.3.x, 0.2.x or 0.1.x)"
-                },
-            });
-        }
-    }
-    Ok(imports)
 }
 
 /// The default compiled-code cache directory: `$XDG_CACHE_HOME/conclave/wasm`, else

@@ -77,15 +77,15 @@ pub enum LoadError {
     },
     /// The component imports something other than the Conclave host interface.
     #[error(
-        "cannot load plugin {plugin}: it imports {import:?}, which Conclave does not provide{hint}"
+        "cannot load plugin {plugin}: it imports {import:?}, which Conclave does not provide; {hint}"
     )]
     ForbiddenImport {
         /// The plugin.
         plugin: String,
         /// The first offending import.
         import: String,
-        /// What the operator can do about it.
-        hint: &'static str,
+        /// What the operator or the plugin's author can do about it.
+        hint: String,
     },
     /// The component does not export a `conclave:strategy` world this host supports, or cannot
     /// be linked against the host interface.

@@ -25,13 +25,14 @@ mod bindings;
 mod compile;
 mod convert;
 mod error;
+mod imports;
 mod limits;
 mod plugin;
 mod registry;
 
 pub use compile::{LoadStats, default_cache_dir};
 pub use error::{CallError, LoadError};
-pub use limits::Limits;
+pub use limits::{LimitOverrides, Limits};
 pub use plugin::{PluginInfo, PluginSource};
 
 use conclave_core::request::ElectionRequest;
@@ -84,6 +85,9 @@ pub struct EngineConfig {
     pub cache_dir: Option<PathBuf>,
     /// The per-call limits for plugins whose sidecar sets none.
     pub default_limits: Limits,
+    /// Limits the operator set explicitly (command-line flags): they win over every plugin's
+    /// sidecar, with a warning naming each value they replace.
+    pub limit_overrides: LimitOverrides,
 }
 
 /// The strategy engine: a registry of loaded plugins by strategy name.

@@ -1,5 +1,7 @@
-//! Per-call resource limits and the wasmtime limiter that enforces them.
+//! Per-call resource limits, the overrides a sidecar or the operator sets on them, and the
+//! wasmtime limiter that enforces them.
 
+use serde::Deserialize;
 use std::time::Duration;
 
 /// The resources one call into a plugin may use. Every call starts from a fresh instance, so these
@@ -14,7 +16,8 @@ pub struct Limits {
     /// Largest table, in elements. Sidecar key: `table_elements`.
     pub table_elements: usize,
     /// Most core instances, tables and memories one component instantiation may create (a Rust
-    /// plugin needs a handful). Sidecar key: `instances`.
+    /// plugin needs 3, a componentize-py plugin built with `--stub-wasi` 38). Sidecar key:
+    /// `instances`.
     pub instances: usize,
 }
 
@@ -24,8 +27,9 @@ impl Limits {
     pub const MAX_MEMORY_BYTES: usize = 256 << 20;
     /// The hard ceiling for [`Limits::table_elements`].
     pub const MAX_TABLE_ELEMENTS: usize = 100_000;
-    /// The hard ceiling for [`Limits::instances`].
-    pub const MAX_INSTANCES: usize = 32;
+    /// The hard ceiling for [`Limits::instances`]; the pooling allocator admits this many core
+    /// instances in one component.
+    pub const MAX_INSTANCES: usize = 128;
 
     /// Checks the limits against the engine's hard ceilings.
     pub fn validate(&self) -> Result<(), String> {
@@ -55,14 +59,76 @@ impl Limits {
 }
 
 impl Default for Limits {
-    /// 10 ms, 16 MiB of memory, 10 000 table elements, 16 instances.
+    /// 10 ms, 16 MiB of memory, 10 000 table elements, 64 instances (enough for the components
+    /// the Python and JavaScript toolchains build).
     fn default() -> Self {
         Self {
             time: Duration::from_millis(10),
             memory_bytes: 16 << 20,
             table_elements: 10_000,
-            instances: 16,
+            instances: 64,
         }
+    }
+}
+
+/// Limits set field by field over others: a sidecar's `limits` over the engine's defaults, and
+/// the operator's command-line limits over both. Unset fields keep what is below them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitOverrides {
+    /// Replaces [`Limits::time`], in milliseconds.
+    pub time_ms: Option<u64>,
+    /// Replaces [`Limits::memory_bytes`].
+    pub memory_bytes: Option<usize>,
+    /// Replaces [`Limits::table_elements`].
+    pub table_elements: Option<usize>,
+    /// Replaces [`Limits::instances`].
+    pub instances: Option<usize>,
+}
+
+impl LimitOverrides {
+    /// `limits` with every field set here replaced.
+    #[must_use]
+    pub fn apply(&self, mut limits: Limits) -> Limits {
+        if let Some(ms) = self.time_ms {
+            limits.time = Duration::from_millis(ms);
+        }
+        limits.memory_bytes = self.memory_bytes.unwrap_or(limits.memory_bytes);
+        limits.table_elements = self.table_elements.unwrap_or(limits.table_elements);
+        limits.instances = self.instances.unwrap_or(limits.instances);
+        limits
+    }
+
+    /// The fields both set to different values, as `(sidecar key, this value, the other's)`: what
+    /// applying `self` over `other` replaces, for the warning that says so.
+    #[must_use]
+    pub fn replaced(&self, other: &Self) -> Vec<(&'static str, u64, u64)> {
+        let widen = |value: usize| u64::try_from(value).unwrap_or(u64::MAX);
+        let pairs = [
+            ("time_ms", self.time_ms, other.time_ms),
+            (
+                "memory_bytes",
+                self.memory_bytes.map(widen),
+                other.memory_bytes.map(widen),
+            ),
+            (
+                "table_elements",
+                self.table_elements.map(widen),
+                other.table_elements.map(widen),
+            ),
+            (
+                "instances",
+                self.instances.map(widen),
+                other.instances.map(widen),
+            ),
+        ];
+        pairs
+            .into_iter()
+            .filter_map(|(key, mine, theirs)| match (mine, theirs) {
+                (Some(mine), Some(theirs)) if mine != theirs => Some((key, mine, theirs)),
+                _ => None,
+            })
+            .collect()
     }
 }
 

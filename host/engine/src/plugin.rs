@@ -10,7 +10,7 @@ use super::{CallPhases, MAX_PLUGIN_TEXT};
 use conclave_core::columns::FieldSet;
 use conclave_core::prepared::PreparedRequest;
 use conclave_core::request::ElectionRequest;
-use conclave_core::text::truncate_utf8;
+use conclave_core::text::{floor_char_boundary, truncate_utf8};
 use conclave_core::time::Timestamp;
 use cpu_time::ThreadTime;
 use std::path::PathBuf;
@@ -534,6 +534,17 @@ fn bounded(mut text: String) -> String {
     text
 }
 
+/// [`bounded`] without taking `text`: copies no more than the bound.
+fn bounded_copy(text: &str) -> String {
+    if text.len() <= MAX_PLUGIN_TEXT {
+        return text.to_owned();
+    }
+    let mut copy = text[..floor_char_boundary(text, MAX_PLUGIN_TEXT)].to_owned();
+    truncate_utf8(&mut copy, MAX_PLUGIN_TEXT.saturating_sub(1));
+    copy.push_str(&format!(" ({} bytes in all)", text.len()));
+    copy
+}
+
 fn new_store(
     pre: &StrategyPre,
     plugin: &Arc<str>,
@@ -546,6 +557,7 @@ fn new_store(
         plugin: Arc::clone(plugin),
         lease: lease.to_owned(),
         logs_left: MAX_LOG_MESSAGES,
+        last_words: None,
         now,
         wasi: None,
         _ticking: pre.ticker.tick(),
@@ -592,7 +604,10 @@ fn classify(
             limit: time,
         };
     }
-    let message = bounded(format!("{error:#}"));
+    let mut message = bounded(format!("{error:#}"));
+    if let Some(last_words) = &store.data().last_words {
+        message.push_str(&format!("; the plugin's last output: {last_words:?}"));
+    }
     if instantiating {
         CallError::Instantiate { strategy, message }
     } else {
@@ -606,6 +621,9 @@ pub(super) struct CallState {
     plugin: Arc<str>,
     lease: String,
     logs_left: u32,
+    /// The last line the plugin logged or wrote to stderr (bounded), for the error of a call
+    /// that traps: often the only account of why, such as an interpreter's traceback.
+    last_words: Option<String>,
     now: Timestamp,
     /// Built on first use, only for plugins that import WASI.
     wasi: Option<DenyAllWasi>,
@@ -623,7 +641,13 @@ impl CallState {
             ("stderr", wasi.stderr.contents()),
         ];
         for (stream, contents) in streams {
-            for line in String::from_utf8_lossy(&contents).lines() {
+            let text = String::from_utf8_lossy(&contents);
+            if stream == "stderr"
+                && let Some(last) = text.lines().rev().find(|line| !line.trim().is_empty())
+            {
+                self.last_words = Some(bounded_copy(last.trim()));
+            }
+            for line in text.lines() {
                 let Some(line) = self.take_log_budget(line.to_owned()) else {
                     return;
                 };
@@ -653,6 +677,7 @@ impl CallState {
 impl CallState {
     /// Writes one plugin log message into the host log, within the call's budget.
     fn log(&mut self, level: tracing::Level, message: String) {
+        self.last_words = Some(bounded_copy(&message));
         let Some(message) = self.take_log_budget(message) else {
             return;
         };

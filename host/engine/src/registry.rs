@@ -3,7 +3,8 @@
 use super::EngineConfig;
 use super::compile::{self, Runtime};
 use super::error::LoadError;
-use super::limits::Limits;
+use super::imports;
+use super::limits::LimitOverrides;
 use super::plugin::{self, CallState, Plugin, PluginInfo, PluginSource, StrategyPre};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,31 +26,9 @@ struct Sidecar {
     /// Passed to every `elect` call as JSON text.
     settings: Option<serde_json::Value>,
     /// Overrides the engine's default limits, field by field.
-    limits: Option<LimitsOverride>,
+    limits: Option<LimitOverrides>,
     /// The SHA-256 the component must have; a mismatch refuses the plugin.
     sha256: Option<String>,
-}
-
-/// Limits a sidecar may override; unset fields keep the engine's defaults.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitsOverride {
-    time_ms: Option<u64>,
-    memory_bytes: Option<usize>,
-    table_elements: Option<usize>,
-    instances: Option<usize>,
-}
-
-impl LimitsOverride {
-    fn apply(&self, mut limits: Limits) -> Limits {
-        if let Some(ms) = self.time_ms {
-            limits.time = std::time::Duration::from_millis(ms);
-        }
-        limits.memory_bytes = self.memory_bytes.unwrap_or(limits.memory_bytes);
-        limits.table_elements = self.table_elements.unwrap_or(limits.table_elements);
-        limits.instances = self.instances.unwrap_or(limits.instances);
-        limits
-    }
 }
 
 /// The loaded plugins and the strategy names they claim.
@@ -69,7 +48,8 @@ impl Registry {
         file: Option<&Path>,
     ) -> Result<Self, LoadError> {
         config
-            .default_limits
+            .limit_overrides
+            .apply(config.default_limits)
             .validate()
             .map_err(|reason| LoadError::DefaultLimits { reason })?;
         let runtime = Runtime::new()?;
@@ -205,12 +185,20 @@ impl Loader<'_> {
                 expected: expected.clone(),
             });
         }
-        let limits = sidecar
-            .limits
-            .as_ref()
-            .map_or(self.config.default_limits, |o| {
-                o.apply(self.config.default_limits)
-            });
+        let sidecar_limits = sidecar.limits.unwrap_or_default();
+        for (key, operator, plugin_own) in self.config.limit_overrides.replaced(&sidecar_limits) {
+            tracing::warn!(
+                plugin = %label,
+                limit = key,
+                operator,
+                sidecar = plugin_own,
+                "the operator's limit replaces the one in the plugin's sidecar"
+            );
+        }
+        let limits = self
+            .config
+            .limit_overrides
+            .apply(sidecar_limits.apply(self.config.default_limits));
         limits.validate().map_err(|reason| LoadError::Sidecar {
             plugin: label.clone(),
             path: match &source {
@@ -228,9 +216,10 @@ impl Loader<'_> {
         let (component, load) =
             self.runtime
                 .compile(&label, bytes, &sha256, self.config.cache_dir.as_deref())?;
-        let imports = compile::check_imports(
+        let imports = imports::check(
             &self.runtime.engine,
             &label,
+            bytes,
             &component,
             self.config.allow_wasi,
         )?;

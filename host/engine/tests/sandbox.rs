@@ -6,7 +6,9 @@
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
-use conclave_engine::{CallError, Engine, EngineConfig, Limits, LoadError, MAX_PLUGIN_TEXT};
+use conclave_engine::{
+    CallError, Engine, EngineConfig, LimitOverrides, Limits, LoadError, MAX_PLUGIN_TEXT,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -154,6 +156,52 @@ fn time_limit_comes_from_the_sidecar() {
         matches!(error, CallError::LimitExceeded { limit, .. } if limit == Duration::from_millis(40)),
         "{error}"
     );
+}
+
+#[test]
+fn the_operators_limits_win_over_the_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    write_plugin(dir.path(), "loop", "test/loop", LOOP);
+    std::fs::write(
+        dir.path().join("loop.json"),
+        r#"{"limits": {"time_ms": 5000}}"#,
+    )
+    .unwrap();
+    let engine = Engine::new(EngineConfig {
+        limit_overrides: LimitOverrides {
+            time_ms: Some(40),
+            ..LimitOverrides::default()
+        },
+        ..config(dir.path())
+    })
+    .unwrap();
+    let plugin = engine
+        .plugins()
+        .into_iter()
+        .find(|p| p.strategies.iter().any(|s| s == "test/loop"))
+        .unwrap();
+    assert_eq!(plugin.limits.time, Duration::from_millis(40));
+    let error = engine
+        .elect("test/loop", &request("test/loop"))
+        .unwrap_err();
+    assert!(
+        matches!(error, CallError::LimitExceeded { limit, .. } if limit == Duration::from_millis(40)),
+        "{error}"
+    );
+}
+
+#[test]
+fn operator_limits_beyond_the_engines_ceilings_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = Engine::new(EngineConfig {
+        limit_overrides: LimitOverrides {
+            instances: Some(Limits::MAX_INSTANCES + 1),
+            ..LimitOverrides::default()
+        },
+        ..config(dir.path())
+    })
+    .unwrap_err();
+    assert!(matches!(error, LoadError::DefaultLimits { .. }), "{error}");
 }
 
 #[test]
@@ -339,6 +387,30 @@ fn wasi_component_is_accepted_only_with_allow_wasi() {
     assert_good_plugin_still_works(&engine);
 }
 
+#[test]
+fn a_wasi_interface_the_deny_all_context_lacks_is_named_at_load_even_with_allow_wasi() {
+    // componentize-js with its default features imports wasi:http; wasmtime alone would only
+    // say "resource implementation is missing".
+    let dir = tempfile::tempdir().unwrap();
+    let with_http = fixture("test/http", TRAP).replacen(
+        "(component",
+        r#"(component (import "wasi:http/types@0.2.3" (instance (export "now" (func (result u64)))))"#,
+        1,
+    );
+    std::fs::write(dir.path().join("http.wasm"), with_http).unwrap();
+    let error = Engine::new(EngineConfig {
+        allow_wasi: true,
+        ..config(dir.path())
+    })
+    .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(&error, LoadError::ForbiddenImport { import, .. } if import == "wasi:http/types@0.2.3"),
+        "{message}"
+    );
+    assert!(message.contains("provides only"), "{message}");
+}
+
 /// Builds the fixture crate `fixtures/NAME` for wasm32-wasip2 and returns its component.
 fn build_fixture(name: &str) -> std::path::PathBuf {
     let target_dir = wasm_build::repo().join("target/wasi-guest");
@@ -367,6 +439,13 @@ fn a_panic_in_an_sdk_plugin_becomes_a_trap_error() {
             .elect("test/panic", &request("test/panic"))
             .unwrap_err();
         assert_eq!(error.label(), "trap", "{error}");
+        // The SDK logs the panic before it traps: the error carries it, so the operator sees the
+        // plugin's own account without turning up the log level.
+        let message = error.to_string();
+        assert!(
+            message.contains("the plugin's last output") && message.contains("plugin panicked"),
+            "{message}"
+        );
         assert_good_plugin_still_works(&engine);
     }
 }
