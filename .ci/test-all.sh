@@ -2,7 +2,8 @@
 # Runs every Conclave test on a fresh machine: prepares what the tests need (the wasm32-wasip2
 # target, the real Kubernetes control plane built from Go modules, helm built from Go modules),
 # the static controller binary the image is made of (musl-tools from Debian's packages), builds
-# the strategy plugins from source, runs the strategy vectors and the whole test suite.
+# the strategy plugins from source (and one Python and one JavaScript plugin with the registries'
+# toolchains), runs the strategy vectors and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -43,6 +44,12 @@ for contract in v0.1 v0.2; do
   ./target/debug/conclave strategy test "host/engine/tests/fixtures/$contract/oldest_emulation_version.wasm" \
     --vectors tests/vectors/oldest-emulation-version.json
 done
+
+echo "== Python and JavaScript plugins (componentize-py, componentize-js from the registries)"
+# Creates one plugin per language with `conclave strategy new --lang`, builds it with the pinned
+# toolchains; host/cli/tests/languages.rs runs their vectors and elects one on the emulator.
+bash .ci/prepare-langs.sh
+export CONCLAVE_REQUIRE_LANGS=1
 
 echo "== plugin workspace unit tests (native)"
 (cd strategies && cargo test)

@@ -34,8 +34,148 @@ pub struct NewArgs {
     /// The SDK crate (`strategies/sdk` of a Conclave checkout) to depend on by path. By default
     /// the checkout containing the new crate (or the current directory) is used, and failing that
     /// the SDK bundled in this binary is written into the crate's `conclave-sdk/` directory.
+    /// Rust only.
     #[arg(long)]
     pub sdk: Option<PathBuf>,
+    /// The language to write the plugin in: a Rust crate on the SDK, or a project for the
+    /// component toolchain of Python (componentize-py) or JavaScript (componentize-js).
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
+}
+
+/// A language `conclave strategy new` scaffolds a plugin in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// A crate on the conclave-strategy SDK (no_std, WASI-free).
+    Rust,
+    /// A componentize-py 0.25.1 project, built WASI-free with `--stub-wasi`.
+    Python,
+    /// A componentize-js 0.23.0 project, built WASI-free.
+    Javascript,
+}
+
+/// A file of a Python or JavaScript project: its path in the project (with `{{name}}` and
+/// `{{lib}}` standing for the project's name and component stem) and its template.
+type TemplateFile = (&'static str, &'static str);
+
+/// The vectors both interpreter templates start with (seven cases, one of 150 candidates).
+const TEMPLATE_VECTORS: &str = include_str!("../templates/vectors.json");
+/// The sidecar with the limits an interpreter plugin needs.
+const TEMPLATE_SIDECAR: &str = include_str!("../templates/sidecar.json");
+
+const PYTHON_FILES: [TemplateFile; 6] = [
+    ("app.py", include_str!("../templates/python/app.py")),
+    (
+        "requirements.txt",
+        include_str!("../templates/python/requirements.txt"),
+    ),
+    ("README.md", include_str!("../templates/python/README.md")),
+    (".gitignore", include_str!("../templates/python/gitignore")),
+    ("vectors/{{name}}.json", TEMPLATE_VECTORS),
+    ("{{lib}}.json", TEMPLATE_SIDECAR),
+];
+
+const JAVASCRIPT_FILES: [TemplateFile; 6] = [
+    ("app.js", include_str!("../templates/javascript/app.js")),
+    (
+        "package.json",
+        include_str!("../templates/javascript/package.json"),
+    ),
+    (
+        "README.md",
+        include_str!("../templates/javascript/README.md"),
+    ),
+    (
+        ".gitignore",
+        include_str!("../templates/javascript/gitignore"),
+    ),
+    ("vectors/{{name}}.json", TEMPLATE_VECTORS),
+    ("{{lib}}.json", TEMPLATE_SIDECAR),
+];
+
+/// Writes a Python or JavaScript project into `dir` (which must not exist or be empty): the
+/// language's files with the placeholders filled in, and the contract in `wit/strategy.wit`.
+fn scaffold_interpreted(lang: Lang, name: &str, strategy: &str, dir: &Path) -> anyhow::Result<()> {
+    validate_name(name)?;
+    validate_strategy_name(strategy)?;
+    refuse_non_empty(dir)?;
+    let lib = name.replace('-', "_");
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{lib}}", &lib)
+            .replace("{{strategy}}", strategy)
+    };
+    let files = match lang {
+        Lang::Python => &PYTHON_FILES,
+        Lang::Javascript => &JAVASCRIPT_FILES,
+        Lang::Rust => bail!("the Rust scaffold is not a template project"),
+    };
+    let wit = BUNDLED_SDK
+        .iter()
+        .find(|(path, _)| *path == "wit/strategy.wit")
+        .map(|(_, contents)| *contents)
+        .context("this binary bundles no wit/strategy.wit")?;
+    let all = files
+        .iter()
+        .map(|(path, template)| (fill(path), fill(template)))
+        .chain(std::iter::once((
+            "wit/strategy.wit".to_owned(),
+            wit.to_owned(),
+        )));
+    for (path, contents) in all {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Refuses `dir` unless it does not exist or is an empty directory.
+fn refuse_non_empty(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        let empty = dir.is_dir()
+            && std::fs::read_dir(dir)
+                .with_context(|| format!("cannot read {}", dir.display()))?
+                .next()
+                .is_none();
+        if !empty {
+            bail!(
+                "{} already exists and is not an empty directory; choose another NAME or --dir",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Prints what `new` created for a Python or JavaScript project and how to build and test it.
+fn print_interpreted(lang: Lang, name: &str, strategy: &str, dir: &Path) {
+    let lib = name.replace('-', "_");
+    let toolchain = match lang {
+        Lang::Python => "Python, componentize-py 0.25.1",
+        _ => "JavaScript, componentize-js 0.23.0",
+    };
+    println!(
+        "created {} ({toolchain}) for strategy {strategy}",
+        dir.display()
+    );
+    println!("next:");
+    println!("  cd {}", dir.display());
+    if lang == Lang::Python {
+        println!("  python3 -m venv .venv && .venv/bin/pip install -r requirements.txt");
+        println!("  .venv/bin/componentize-py -d wit -w strategy bindings .");
+        println!(
+            "  .venv/bin/componentize-py -d wit -w strategy componentize --stub-wasi app -o {lib}.wasm"
+        );
+    } else {
+        println!("  npm install");
+        println!("  npm run build");
+    }
+    println!("  conclave strategy test {lib}.wasm --vectors vectors/{name}.json");
 }
 
 /// Creates the crate; prints what it created and how to build and test it.
@@ -44,6 +184,14 @@ pub fn run(args: &NewArgs) -> anyhow::Result<()> {
         .dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(&args.name));
+    if args.lang != Lang::Rust {
+        if args.sdk.is_some() {
+            bail!("--sdk applies to --lang rust only");
+        }
+        scaffold_interpreted(args.lang, &args.name, &args.strategy, &dir)?;
+        print_interpreted(args.lang, &args.name, &args.strategy, &dir);
+        return Ok(());
+    }
     let sdk = match &args.sdk {
         Some(path) => {
             let path = path
@@ -102,19 +250,7 @@ enum Sdk {
 fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> anyhow::Result<Sdk> {
     validate_name(name)?;
     validate_strategy_name(strategy)?;
-    if dir.exists() {
-        let empty = dir.is_dir()
-            && std::fs::read_dir(dir)
-                .with_context(|| format!("cannot read {}", dir.display()))?
-                .next()
-                .is_none();
-        if !empty {
-            bail!(
-                "{} already exists and is not an empty directory; choose another NAME or --dir",
-                dir.display()
-            );
-        }
-    }
+    refuse_non_empty(dir)?;
     std::fs::create_dir_all(dir.join("src"))
         .and_then(|()| std::fs::create_dir_all(dir.join("vectors")))
         .and_then(|()| std::fs::create_dir_all(dir.join(".cargo")))
@@ -468,6 +604,49 @@ optional sidecar `{lib}.json` holding its settings, limits and sha256 pin, and s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_and_javascript_projects_are_complete_and_filled_in() {
+        for (lang, main) in [(Lang::Python, "app.py"), (Lang::Javascript, "app.js")] {
+            let parent = tempfile::tempdir().unwrap();
+            let dir = parent.path().join("my-rule");
+            scaffold_interpreted(lang, "my-rule", "example.com/my-rule", &dir).unwrap();
+            for file in [
+                main,
+                "README.md",
+                ".gitignore",
+                "vectors/my-rule.json",
+                "my_rule.json",
+                "wit/strategy.wit",
+            ] {
+                let text = std::fs::read_to_string(dir.join(file))
+                    .unwrap_or_else(|error| panic!("{lang:?}: {file}: {error}"));
+                assert!(
+                    !text.contains("{{"),
+                    "{lang:?}: {file} has a placeholder left"
+                );
+            }
+            let vectors: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("vectors/my-rule.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(vectors["strategy"], "example.com/my-rule");
+            let sidecar: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("my_rule.json")).unwrap())
+                    .unwrap();
+            assert!(
+                sidecar["limits"]["instances"].as_u64().unwrap() >= 38,
+                "{sidecar}"
+            );
+            assert!(
+                std::fs::read_to_string(dir.join("wit/strategy.wit"))
+                    .unwrap()
+                    .contains("package conclave:strategy@0.3.0")
+            );
+            let again = scaffold_interpreted(lang, "my-rule", "example.com/my-rule", &dir);
+            assert!(again.is_err(), "{lang:?}: a non-empty directory is refused");
+        }
+    }
 
     #[test]
     fn names_are_checked() {
