@@ -2,8 +2,16 @@
 //! controller (holder and preferredHolder, each with a resourceVersion precondition); for the
 //! scenarios that run on either server, [`Server`] (the emulator or a real kube-apiserver from
 //! conclave-testkit, with a namespace, a kubeconfig and a scratch directory) and [`ConclaveRun`]
-//! (the `conclave run` controller process electing in that namespace).
+//! (the `conclave run` controller process electing in that namespace). Submodules for the
+//! randomized runs with real processes: [`procs`] (candidate and controller processes, API
+//! faults, seeded dice), [`checker`] (the split-brain checker, which reads only their output) and
+//! [`soak`] (the soak of tests/soak.rs and benches/soak.rs). Each test binary uses a part, hence
+//! `dead_code` allowed.
 #![allow(dead_code)]
+
+pub mod checker;
+pub mod procs;
+pub mod soak;
 
 use conclave_candidate::{
     CandidateConfig, Elector, ElectorHandle, LeaderState, LeaseConfig, Term, Transition,

@@ -1,0 +1,283 @@
+//! The split-brain checker: reads what the processes wrote, and nothing else.
+//!
+//! It shares no code with the elector (it does not use `conclave-candidate` at all): its input
+//! is the output of each `conclave candidate` process, stdout and stderr in the order written
+//! (see [`super::procs`]), as text. It uses these lines:
+//! - `{"event":"leading","term":N,"observed_at":T,…}`: term N's leadership interval starts at T,
+//!   when the process observed itself as holder (before its term began, so the interval is, if
+//!   anything, too long);
+//! - the work's log line `… work stopped term=N units=…`, written by the term's one task as it
+//!   returns;
+//! - `{"event":"stopped-leading","term":N,"at":T,"reason":R,"leaked_tasks":K}`: the interval ends
+//!   at T, after the drain;
+//! - `{"event":"released","term":N,…}`: the Lease was released after term N;
+//! - `{"event":"killed","at":T}`, appended by the harness once a SIGKILLed process was reaped:
+//!   an open interval ends at T.
+//!
+//! Times are the processes' wall clock (`observed_at`, `at`; all on one machine): `conclave
+//! candidate` prints no monotonic time. It asserts, per Lease, that no two intervals overlap, and
+//! per term that its tasks stopped before its release: a `work stopped` line for the term, then
+//! its `stopped-leading` line with `leaked_tasks` 0, both before its `released` line.
+
+use jiff::Timestamp;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One term's leadership interval, as its process printed it.
+#[derive(Debug, Clone)]
+struct Interval {
+    lease: String,
+    identity: String,
+    term: u64,
+    start: Timestamp,
+    end: Timestamp,
+    /// How it ended: the `stopped-leading` reason, or `killed`.
+    ended: String,
+}
+
+/// One change of leader on a Lease: the next term after the previous one ended.
+#[derive(Debug, Clone)]
+pub struct HandOff {
+    /// How the previous term ended: `preempted`, `shutdown` (SIGTERM), `lease-lost`, `killed`.
+    pub after: String,
+    /// From the end of the previous interval to the start of the next: the Lease had no leader.
+    pub gap: Duration,
+    /// Whether the same identity led again (a new term of the same process).
+    pub same_identity: bool,
+}
+
+impl HandOff {
+    /// A hand-over the previous leader made itself (pre-empted, or stopping on SIGTERM), rather
+    /// than one after a crash or a lost Lease.
+    pub fn graceful(&self) -> bool {
+        self.after == "preempted" || self.after == "shutdown"
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Terms seen (`leading` lines).
+    pub terms: usize,
+    /// How the terms ended, by reason.
+    pub ends: BTreeMap<String, usize>,
+    /// Consecutive terms on each Lease.
+    pub hand_offs: Vec<HandOff>,
+    /// `released` lines.
+    pub releases: usize,
+    /// Overlapping intervals of one Lease, described (must be empty).
+    pub overlaps: Vec<String>,
+    /// Terms whose tasks were not shown to stop before the term ended and the Lease was
+    /// released, described (must be empty).
+    pub leaked: Vec<String>,
+    /// Terms that never ended, and lines that could not be read, described (must be empty).
+    pub errors: Vec<String>,
+}
+
+impl Verdict {
+    /// Whether it found neither overlaps, nor leaked tasks, nor unreadable output.
+    pub fn clean(&self) -> bool {
+        self.overlaps.is_empty() && self.leaked.is_empty() && self.errors.is_empty()
+    }
+
+    /// Panics, naming the first problems and `seed`, unless [`Self::clean`].
+    pub fn assert_clean(&self, seed: u64) {
+        assert!(
+            self.clean(),
+            "seed {seed}: overlaps {:?}; leaked {:?}; errors {:?}",
+            first(&self.overlaps),
+            first(&self.leaked),
+            first(&self.errors)
+        );
+    }
+}
+
+fn first(items: &[String]) -> &[String] {
+    &items[..items.len().min(5)]
+}
+
+/// Collects the processes' outputs, then judges them ([`Checker::verdict`]).
+#[derive(Debug, Default)]
+pub struct Checker {
+    intervals: Vec<Interval>,
+    verdict: Verdict,
+}
+
+/// A term being read from one output.
+struct Open {
+    term: u64,
+    start: Timestamp,
+}
+
+impl Checker {
+    /// Reads the output of one candidate process of `lease` with `identity`.
+    pub fn add(&mut self, lease: &str, identity: &str, output: &str) {
+        let who = format!("{lease}/{identity}");
+        let mut open: Option<Open> = None;
+        // Terms whose work logged `work stopped`, and terms that printed `stopped-leading`.
+        let mut work_stopped = Vec::new();
+        let mut stopped = Vec::new();
+        for (number, line) in output.lines().enumerate() {
+            let place = format!("{who} line {}", number + 1);
+            if !line.starts_with('{') {
+                if let Some(term) = work_stopped_term(line) {
+                    work_stopped.push(term);
+                }
+                continue;
+            }
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+                self.verdict
+                    .errors
+                    .push(format!("{place}: not JSON: {line}"));
+                continue;
+            };
+            let term = value["term"].as_u64();
+            let time = |key: &str| {
+                value[key]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+            };
+            match (value["event"].as_str().unwrap_or_default(), term) {
+                ("leading", Some(term)) => {
+                    let Some(start) = time("observed_at") else {
+                        self.verdict.errors.push(format!("{place}: no observed_at"));
+                        continue;
+                    };
+                    if let Some(previous) = open.replace(Open { term, start }) {
+                        self.verdict
+                            .errors
+                            .push(format!("{who}: term {} never ended", previous.term));
+                    }
+                    self.verdict.terms += 1;
+                }
+                ("stopped-leading", Some(term)) => {
+                    let (Some(end), Some(current)) = (time("at"), open.take()) else {
+                        self.verdict
+                            .errors
+                            .push(format!("{place}: stopped-leading without a term or time"));
+                        continue;
+                    };
+                    if current.term != term {
+                        self.verdict.errors.push(format!(
+                            "{place}: term {term} stopped while term {} led",
+                            current.term
+                        ));
+                    }
+                    let leaked = value["leaked_tasks"].as_u64().unwrap_or(u64::MAX);
+                    if leaked != 0 {
+                        self.verdict
+                            .leaked
+                            .push(format!("{who} term {term}: {leaked} tasks leaked"));
+                    } else if !work_stopped.contains(&term) {
+                        self.verdict.leaked.push(format!(
+                            "{who} term {term}: stopped leading before its work stopped"
+                        ));
+                    }
+                    stopped.push(term);
+                    let ended = value["reason"].as_str().unwrap_or("?").to_owned();
+                    self.interval(lease, identity, &current, end, ended);
+                }
+                ("released", Some(term)) => {
+                    self.verdict.releases += 1;
+                    if !stopped.contains(&term) || !work_stopped.contains(&term) {
+                        self.verdict.leaked.push(format!(
+                            "{who} term {term}: released before its tasks stopped"
+                        ));
+                    }
+                }
+                ("killed", _) => {
+                    let Some(end) = time("at") else {
+                        self.verdict
+                            .errors
+                            .push(format!("{place}: killed without a time"));
+                        continue;
+                    };
+                    if let Some(current) = open.take() {
+                        self.interval(lease, identity, &current, end, "killed".into());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(current) = open {
+            self.verdict
+                .errors
+                .push(format!("{who}: term {} never ended", current.term));
+        }
+    }
+
+    fn interval(
+        &mut self,
+        lease: &str,
+        identity: &str,
+        open: &Open,
+        end: Timestamp,
+        ended: String,
+    ) {
+        *self.verdict.ends.entry(ended.clone()).or_default() += 1;
+        self.intervals.push(Interval {
+            lease: lease.to_owned(),
+            identity: identity.to_owned(),
+            term: open.term,
+            start: open.start,
+            end,
+            ended,
+        });
+    }
+
+    /// Judges everything read: overlaps per Lease, and the hand-offs between consecutive terms.
+    pub fn verdict(mut self) -> Verdict {
+        let mut by_lease: BTreeMap<String, Vec<Interval>> = BTreeMap::new();
+        for interval in self.intervals {
+            by_lease
+                .entry(interval.lease.clone())
+                .or_default()
+                .push(interval);
+        }
+        for intervals in by_lease.values_mut() {
+            intervals.sort_by_key(|i| (i.start, i.end));
+            // The interval reaching furthest so far: any later start before its end overlaps.
+            let mut furthest: Option<&Interval> = None;
+            for (previous, next) in intervals.iter().zip(intervals.iter().skip(1)) {
+                let reach = match furthest {
+                    Some(f) if f.end >= previous.end => f,
+                    _ => previous,
+                };
+                furthest = Some(reach);
+                if next.start < reach.end {
+                    self.verdict.overlaps.push(format!(
+                        "{}: {} term {} {}..{} and {} term {} {}..{}",
+                        next.lease,
+                        reach.identity,
+                        reach.term,
+                        reach.start,
+                        reach.end,
+                        next.identity,
+                        next.term,
+                        next.start,
+                        next.end
+                    ));
+                    continue;
+                }
+                let gap = (next.start - previous.end)
+                    .try_into()
+                    .unwrap_or(Duration::ZERO);
+                self.verdict.hand_offs.push(HandOff {
+                    after: previous.ended.clone(),
+                    gap,
+                    same_identity: previous.identity == next.identity,
+                });
+            }
+        }
+        self.verdict
+    }
+}
+
+/// The term of a `work stopped term=N …` log line.
+fn work_stopped_term(line: &str) -> Option<u64> {
+    let (_, fields) = line.split_once("work stopped")?;
+    fields
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("term="))
+        .and_then(|term| term.parse().ok())
+}

@@ -1,0 +1,589 @@
+//! The soak: several Leases at once, several `conclave candidate` processes on each, Conclave's
+//! controller as two `conclave run` replicas electing their own active replica, and a seeded
+//! stream of events: pre-emptions by new candidates with older emulation versions, graceful
+//! releases (SIGTERM of a leader), crashes (SIGKILL of a leader, now and then of a follower),
+//! crashes of the active controller replica right after a pre-emption was set off (restarted
+//! 0.5–3 s later under a new identity), and API faults of the server's kinds ([`Fault`]). At the
+//! end every candidate leaves gracefully, and [`Checker`] reads their output.
+//!
+//! Shared by tests/soak.rs (about 50 events, CI) and benches/soak.rs (`--handoffs 1000`).
+
+use super::checker::{Checker, HandOff, Verdict};
+use super::procs::{CandidateProcess, ControllerReplica, Dice, Fault, calm};
+use super::{Backend, Server};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Emulation versions are `1.<minor>.0` with a minor in this range (binary version 1.40.0).
+const OLDEST_MINOR: u64 = 20;
+const NEWEST_MINOR: u64 = 40;
+
+/// The controller's own HA Lease (`conclave run --controller-namespace`).
+const CONTROLLER_LEASE: &str = "conclave-controller";
+
+/// When a soak run stops.
+#[derive(Debug, Clone, Copy)]
+pub enum Goal {
+    /// After this many events (actions of the driver, faults and calm rounds included).
+    Events(usize),
+    /// Once the driver has seen the holder of a Lease change this many times.
+    HandOffs(usize),
+}
+
+/// One soak run's shape.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// Seeds the dice; printed, so a run's choices can be replayed.
+    pub seed: u64,
+    /// When to stop.
+    pub goal: Goal,
+    /// Leases elected at once.
+    pub leases: usize,
+    /// Candidate processes kept on each Lease (one more while a pre-emption is under way).
+    pub candidates: usize,
+    /// Stop anyway after this long, reporting what was reached.
+    pub time_limit: Option<Duration>,
+}
+
+/// What a soak run did and what the checker found.
+#[derive(Debug)]
+pub struct Report {
+    /// "emulator" or "kube-apiserver".
+    pub server: &'static str,
+    /// The run's shape.
+    pub config: SoakConfig,
+    /// How long the events ran (the graceful exit at the end not included).
+    pub elapsed: Duration,
+    /// Events the driver took.
+    pub events: usize,
+    /// New candidates started with an emulation version older than the leader's.
+    pub preemptions: usize,
+    /// Leaders stopped with SIGTERM (they release the Lease).
+    pub releases: usize,
+    /// SIGKILLs of the holder the driver saw.
+    pub leader_kills: usize,
+    /// SIGKILLs of a random candidate, when the driver saw no holder on that Lease.
+    pub follower_kills: usize,
+    /// Controller replicas SIGKILLed and started again.
+    pub controller_restarts: usize,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<Fault, usize>,
+    /// Candidates that did not exit cleanly after SIGTERM, with their output file.
+    pub unclean_exits: Vec<String>,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+}
+
+/// The candidates of one Lease.
+struct Pool {
+    lease: String,
+    members: Vec<CandidateProcess>,
+    /// The last holder the driver saw, for counting hand-offs as they happen.
+    last_holder: Option<String>,
+}
+
+impl Pool {
+    fn position(&self, identity: Option<&str>) -> Option<usize> {
+        identity.and_then(|who| self.members.iter().position(|m| m.identity() == who))
+    }
+}
+
+/// A controller replica slot: running, or waiting to be started again.
+struct Slot {
+    name: &'static str,
+    generation: usize,
+    replica: Option<ControllerReplica>,
+    restart_at: Option<Instant>,
+}
+
+/// The driver's state while the soak runs.
+struct Soak<'a> {
+    server: &'a Server,
+    binary: &'a Path,
+    dice: Dice,
+    pools: Vec<Pool>,
+    slots: Vec<Slot>,
+    /// Candidates told to stop, until they exit.
+    retiring: Vec<(CandidateProcess, Instant)>,
+    /// Output files of every candidate that has ended, with its Lease and identity.
+    ended: Vec<(String, String, PathBuf)>,
+    spawned: usize,
+    hand_offs_seen: usize,
+    report: Report,
+}
+
+/// Runs one soak on `server` with the `conclave` binary, then checks it.
+pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
+    eprintln!(
+        "soak seed {} on the {} ({} Leases x {} candidates, 2 controller replicas)",
+        config.seed,
+        server.kind(),
+        config.leases,
+        config.candidates
+    );
+    // On the real server only Conclave elects: the built-in controller is held passive while
+    // the replicas run (dropped after them, below).
+    let hold = match server.backend() {
+        Backend::Emulator(_) => None,
+        Backend::Real(plane) => Some(
+            plane
+                .hold_builtin_controller_lease()
+                .await
+                .expect("built-in election controller passive"),
+        ),
+    };
+    let mut soak = Soak {
+        server,
+        binary,
+        dice: Dice::new(config.seed),
+        pools: (0..config.leases)
+            .map(|n| Pool {
+                lease: format!("soak-{n}"),
+                members: Vec::new(),
+                last_holder: None,
+            })
+            .collect(),
+        slots: ["a", "b"]
+            .into_iter()
+            .map(|name| Slot {
+                name,
+                generation: 0,
+                replica: None,
+                restart_at: Some(Instant::now()),
+            })
+            .collect(),
+        retiring: Vec::new(),
+        ended: Vec::new(),
+        spawned: 0,
+        hand_offs_seen: 0,
+        report: Report {
+            server: server.kind(),
+            config,
+            elapsed: Duration::ZERO,
+            events: 0,
+            preemptions: 0,
+            releases: 0,
+            leader_kills: 0,
+            follower_kills: 0,
+            controller_restarts: 0,
+            faults: BTreeMap::new(),
+            unclean_exits: Vec::new(),
+            verdict: Verdict::default(),
+        },
+    };
+    soak.events().await;
+    soak.finish().await;
+    drop(hold);
+    soak.report
+}
+
+impl Soak<'_> {
+    async fn events(&mut self) {
+        let client = self.server.client().await;
+        let leases: Api<Lease> = Api::namespaced(client, self.server.namespace());
+        let started = Instant::now();
+        let mut last_progress = started;
+        loop {
+            self.restart_replicas();
+            for n in 0..self.pools.len() {
+                self.refill(n);
+            }
+            let done = match self.report.config.goal {
+                Goal::Events(n) => self.report.events >= n,
+                Goal::HandOffs(n) => self.hand_offs_seen >= n,
+            };
+            let out_of_time = self
+                .report
+                .config
+                .time_limit
+                .is_some_and(|limit| started.elapsed() >= limit);
+            if done || out_of_time {
+                break;
+            }
+            tokio::time::sleep(self.dice.millis(150, 450)).await;
+            let holders = holders(&leases).await;
+            self.count_hand_offs(&holders);
+            self.reap(false).await;
+            self.event(&holders).await;
+            self.report.events += 1;
+            if last_progress.elapsed() >= Duration::from_secs(30) {
+                last_progress = Instant::now();
+                eprintln!(
+                    "soak: {} s, {} events, {} hand-offs seen",
+                    started.elapsed().as_secs(),
+                    self.report.events,
+                    self.hand_offs_seen
+                );
+            }
+        }
+        self.report.elapsed = started.elapsed();
+    }
+
+    /// One event on a random Lease, chosen by the dice.
+    async fn event(&mut self, holders: &BTreeMap<String, String>) {
+        let n = self.dice.below(self.pools.len() as u64) as usize;
+        let holder = holders.get(&self.pools[n].lease).cloned();
+        match self.dice.below(100) {
+            0..30 => self.preempt(n, holder.as_deref()),
+            30..45 => match self.pools[n].position(holder.as_deref()) {
+                Some(i) if self.pools[n].members[i].started() => {
+                    let mut leader = self.pools[n].members.swap_remove(i);
+                    leader.terminate();
+                    self.retiring.push((leader, Instant::now()));
+                    self.report.releases += 1;
+                }
+                _ => self.preempt(n, holder.as_deref()),
+            },
+            45..57 => {
+                let pool = &mut self.pools[n];
+                let (i, leader) = match pool.position(holder.as_deref()) {
+                    Some(i) => (i, true),
+                    None => (self.dice.below(pool.members.len() as u64) as usize, false),
+                };
+                if i < pool.members.len() {
+                    let victim = pool.members.swap_remove(i);
+                    let lease = victim.lease().to_owned();
+                    let identity = victim.identity().to_owned();
+                    self.ended.push((lease, identity, victim.kill()));
+                    if leader {
+                        self.report.leader_kills += 1;
+                    } else {
+                        self.report.follower_kills += 1;
+                    }
+                }
+            }
+            57..64 => {
+                // Mid-election: a pre-emption is set off, then the active replica dies.
+                self.preempt(n, holder.as_deref());
+                tokio::time::sleep(self.dice.millis(0, 300)).await;
+                self.crash_controller(holders.get(CONTROLLER_LEASE).map(String::as_str));
+            }
+            64..84 => {
+                let kinds = Fault::kinds(self.server);
+                let fault = kinds[self.dice.below(kinds.len() as u64) as usize];
+                fault.inject(self.server, &mut self.dice).await;
+                *self.report.faults.entry(fault).or_default() += 1;
+            }
+            _ => calm(self.server),
+        }
+    }
+
+    /// Starts a candidate older than the leader of pool `n`, which the controller then prefers;
+    /// a leader already at the oldest version is stopped with SIGTERM instead. One follower
+    /// leaves first if the pool is full.
+    fn preempt(&mut self, n: usize, holder: Option<&str>) {
+        let Some(i) = self.pools[n].position(holder) else {
+            return;
+        };
+        let minor = self.pools[n].members[i].emulation_minor();
+        if minor <= OLDEST_MINOR {
+            if self.pools[n].members[i].started() {
+                let mut leader = self.pools[n].members.swap_remove(i);
+                leader.terminate();
+                self.retiring.push((leader, Instant::now()));
+                self.report.releases += 1;
+            }
+            return;
+        }
+        let cap = self.report.config.candidates + 1;
+        let pool = &mut self.pools[n];
+        if pool.members.len() >= cap
+            && let Some(f) = pool
+                .members
+                .iter()
+                .position(|m| Some(m.identity()) != holder && m.started())
+        {
+            let mut follower = pool.members.swap_remove(f);
+            follower.terminate();
+            self.retiring.push((follower, Instant::now()));
+        }
+        let older = minor - 1 - self.dice.below((minor - OLDEST_MINOR).min(3));
+        self.spawn(n, older);
+        self.report.preemptions += 1;
+    }
+
+    fn spawn(&mut self, n: usize, minor: u64) {
+        self.spawned += 1;
+        let identity = format!("s{n}-c{}", self.spawned);
+        let candidate = CandidateProcess::spawn(
+            self.binary,
+            self.server,
+            &self.pools[n].lease,
+            &identity,
+            minor,
+        );
+        self.pools[n].members.push(candidate);
+    }
+
+    /// Keeps `candidates` processes on pool `n`, new ones with random versions.
+    fn refill(&mut self, n: usize) {
+        while self.pools[n].members.len() < self.report.config.candidates {
+            let minor = OLDEST_MINOR + self.dice.below(NEWEST_MINOR - OLDEST_MINOR + 1);
+            self.spawn(n, minor);
+        }
+    }
+
+    /// SIGKILLs the active replica (else a random running one) and schedules its restart.
+    fn crash_controller(&mut self, active: Option<&str>) {
+        let running: Vec<usize> = (0..self.slots.len())
+            .filter(|&s| self.slots[s].replica.is_some())
+            .collect();
+        let Some(&fallback) = running.get(self.dice.below(running.len() as u64) as usize) else {
+            return;
+        };
+        let s = running
+            .iter()
+            .copied()
+            .find(|&s| {
+                self.slots[s]
+                    .replica
+                    .as_ref()
+                    .map(ControllerReplica::identity)
+                    == active
+            })
+            .unwrap_or(fallback);
+        let delay = self.dice.millis(500, 2500);
+        let slot = &mut self.slots[s];
+        if let Some(replica) = slot.replica.take() {
+            replica.kill();
+        }
+        slot.restart_at = Some(Instant::now() + delay);
+        self.report.controller_restarts += 1;
+    }
+
+    fn restart_replicas(&mut self) {
+        for slot in &mut self.slots {
+            if slot.restart_at.is_some_and(|at| at <= Instant::now()) {
+                slot.restart_at = None;
+                slot.generation += 1;
+                let identity = format!("controller-{}-{}", slot.name, slot.generation);
+                slot.replica = Some(ControllerReplica::start(
+                    self.binary,
+                    self.server,
+                    &identity,
+                ));
+            }
+        }
+    }
+
+    fn count_hand_offs(&mut self, holders: &BTreeMap<String, String>) {
+        for pool in &mut self.pools {
+            if let Some(holder) = holders.get(&pool.lease)
+                && pool.last_holder.as_ref() != Some(holder)
+            {
+                if pool.last_holder.is_some() {
+                    self.hand_offs_seen += 1;
+                }
+                pool.last_holder = Some(holder.clone());
+            }
+        }
+    }
+
+    /// Collects candidates that exited after SIGTERM; with `all`, waits for every one.
+    async fn reap(&mut self, all: bool) {
+        let patience = self.server.patience();
+        loop {
+            let mut i = 0;
+            while i < self.retiring.len() {
+                let (candidate, since) = &mut self.retiring[i];
+                let status = candidate.exited();
+                assert!(
+                    status.is_some() || since.elapsed() < patience,
+                    "{} did not exit within {patience:?} of SIGTERM",
+                    candidate.identity()
+                );
+                let Some(status) = status else {
+                    i += 1;
+                    continue;
+                };
+                let (candidate, _) = self.retiring.swap_remove(i);
+                let output = candidate.output().to_owned();
+                if !status.success() {
+                    self.report
+                        .unclean_exits
+                        .push(format!("{status}: {}", output.display()));
+                }
+                self.ended.push((
+                    candidate.lease().to_owned(),
+                    candidate.identity().to_owned(),
+                    output,
+                ));
+            }
+            if !all || self.retiring.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Calms the server, lets every candidate leave (SIGTERM; one that has not started yet is
+    /// killed), stops the controller, then runs the checker over every output.
+    async fn finish(&mut self) {
+        calm(self.server);
+        for pool in &mut self.pools {
+            for mut candidate in pool.members.drain(..) {
+                if candidate.started() {
+                    candidate.terminate();
+                    self.retiring.push((candidate, Instant::now()));
+                } else {
+                    let lease = candidate.lease().to_owned();
+                    let identity = candidate.identity().to_owned();
+                    self.ended.push((lease, identity, candidate.kill()));
+                }
+            }
+        }
+        self.reap(true).await;
+        for slot in &mut self.slots {
+            if let Some(replica) = slot.replica.take() {
+                replica.kill();
+            }
+        }
+        let mut checker = Checker::default();
+        for (lease, identity, output) in &self.ended {
+            let text = std::fs::read_to_string(output)
+                .unwrap_or_else(|e| panic!("read {}: {e}", output.display()));
+            checker.add(lease, identity, &text);
+        }
+        self.report.verdict = checker.verdict();
+    }
+}
+
+/// Every Lease's holder, by Lease name (empty when the list fails or times out: the driver reads
+/// while it injects faults).
+async fn holders(leases: &Api<Lease>) -> BTreeMap<String, String> {
+    let params = kube::api::ListParams::default();
+    let list = tokio::time::timeout(Duration::from_secs(3), leases.list(&params));
+    let Ok(Ok(list)) = list.await else {
+        return BTreeMap::new();
+    };
+    list.items
+        .into_iter()
+        .filter_map(|lease| {
+            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+            Some((lease.metadata.name?, holder))
+        })
+        .collect()
+}
+
+/// The `p`-quantile (nearest rank) of `values`, sorted.
+fn quantile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+fn seconds(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+}
+
+/// p50 / p99 / max of the gaps of these hand-offs.
+fn gaps<'a>(hand_offs: impl Iterator<Item = &'a HandOff>) -> (usize, String) {
+    let mut gaps: Vec<Duration> = hand_offs.map(|h| h.gap).collect();
+    gaps.sort();
+    let text = format!(
+        "{} / {} (max {})",
+        seconds(quantile(&gaps, 0.5)),
+        seconds(quantile(&gaps, 0.99)),
+        seconds(gaps.last().copied())
+    );
+    (gaps.len(), text)
+}
+
+impl fmt::Display for Report {
+    /// The table, in Markdown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = &self.verdict;
+        let by = |after: &str| v.hand_offs.iter().filter(|h| h.after == after).count();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(fault, n)| format!("{} {n}", fault.label()))
+            .collect();
+        let (graceful, graceful_gaps) = gaps(v.hand_offs.iter().filter(|h| h.graceful()));
+        let (crashed, crash_gaps) = gaps(v.hand_offs.iter().filter(|h| !h.graceful()));
+        let longest = v.hand_offs.iter().map(|h| h.gap).max();
+        let minutes = self.elapsed.as_secs_f64() / 60.0;
+        let rows = [
+            ("server", self.server.to_owned()),
+            ("seed", self.config.seed.to_string()),
+            (
+                "Leases x candidates",
+                format!(
+                    "{} x {} (+1 during a pre-emption), 2 controller replicas",
+                    self.config.leases, self.config.candidates
+                ),
+            ),
+            (
+                "duration",
+                format!(
+                    "{:.0} s, {} events",
+                    self.elapsed.as_secs_f64(),
+                    self.events
+                ),
+            ),
+            (
+                "hand-offs",
+                format!(
+                    "{} ({:.0}/min; after pre-emption {}, SIGTERM {}, SIGKILL {}, lost Lease {}; \
+                     same process again {})",
+                    v.hand_offs.len(),
+                    v.hand_offs.len() as f64 / minutes.max(f64::EPSILON),
+                    by("preempted"),
+                    by("shutdown"),
+                    by("killed"),
+                    by("lease-lost"),
+                    v.hand_offs.iter().filter(|h| h.same_identity).count()
+                ),
+            ),
+            ("terms", format!("{} (ends {:?})", v.terms, v.ends)),
+            (
+                "events",
+                format!(
+                    "pre-emptions {}, leader SIGTERMs {}",
+                    self.preemptions, self.releases
+                ),
+            ),
+            (
+                "crashes (SIGKILL)",
+                format!(
+                    "{} of the holder, {} of a candidate on a Lease without a holder seen",
+                    self.leader_kills, self.follower_kills
+                ),
+            ),
+            (
+                "controller restarts (SIGKILL mid-election)",
+                self.controller_restarts.to_string(),
+            ),
+            ("faults", faults.join(", ")),
+            ("overlaps", v.overlaps.len().to_string()),
+            ("leaked tasks", v.leaked.len().to_string()),
+            (
+                "unended terms, unreadable lines",
+                v.errors.len().to_string(),
+            ),
+            (
+                "unclean exits after SIGTERM",
+                self.unclean_exits.len().to_string(),
+            ),
+            ("longest leaderless gap", seconds(longest)),
+            (
+                "hand-off time p50 / p99, graceful",
+                format!("{graceful_gaps}, n = {graceful}"),
+            ),
+            (
+                "hand-off time p50 / p99, after a crash or lost Lease",
+                format!("{crash_gaps}, n = {crashed}"),
+            ),
+        ];
+        writeln!(f, "| | |")?;
+        writeln!(f, "|---|---|")?;
+        for (name, value) in rows {
+            writeln!(f, "| {name} | {value} |")?;
+        }
+        Ok(())
+    }
+}

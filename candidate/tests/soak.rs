@@ -1,0 +1,117 @@
+//! The soak, short (CI): about 50 events on the emulator, fewer on a real kube-apiserver, each
+//! checked by the split-brain checker (tests/common/checker.rs): no two leadership intervals of
+//! one Lease overlap, and every term's tasks stopped before its release. The long run is
+//! `cargo bench -p conclave-candidate --bench soak -- --handoffs 1000` (docs/benchmarks.md).
+//!
+//! Needs the `conclave` binary (`cargo build -p conclave`), as tests/split_brain_processes.rs;
+//! the real-server test also needs the control plane (tests/kube/build.sh). Set
+//! `CONCLAVE_SOAK_SEED` to replay a seed.
+
+mod common;
+
+use common::checker::Checker;
+use common::procs::Dice;
+use common::soak::{Goal, SoakConfig};
+use common::*;
+use std::time::Duration;
+
+fn config(events: usize) -> SoakConfig {
+    let seed = std::env::var("CONCLAVE_SOAK_SEED")
+        .ok()
+        .map(|s| s.parse().expect("CONCLAVE_SOAK_SEED is a number"))
+        .unwrap_or_else(Dice::fresh_seed);
+    SoakConfig {
+        seed,
+        goal: Goal::Events(events),
+        leases: 2,
+        candidates: 3,
+        time_limit: None,
+    }
+}
+
+async fn soak(server: &Server, binary: &std::path::Path, events: usize) {
+    let config = config(events);
+    let seed = config.seed;
+    let report = common::soak::run(server, binary, config).await;
+    eprintln!("{report}");
+    report.verdict.assert_clean(seed);
+    assert!(
+        report.unclean_exits.is_empty(),
+        "seed {seed}: {:?}",
+        report.unclean_exits
+    );
+    assert!(
+        report.verdict.terms >= 4,
+        "seed {seed}: too few terms to mean anything"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_events_on_the_emulator_without_split_brain() {
+    let Some(binary) = conclave_binary() else {
+        return;
+    };
+    let server = Server::emulator("soak").await;
+    soak(&server, &binary, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalls_on_kube_apiserver_without_split_brain() {
+    let Some(binary) = conclave_binary() else {
+        return;
+    };
+    let Some(server) = Server::real("soak").await else {
+        return;
+    };
+    soak(&server, &binary, 30).await;
+}
+
+// The checker itself, on hand-written outputs.
+
+const A: &str = r#"{"event":"following","at":"2026-01-01T00:00:00Z"}
+{"event":"leading","term":1,"at":"2026-01-01T00:00:01.1Z","observed_at":"2026-01-01T00:00:01Z"}
+2026-01-01T00:00:02.000000Z  INFO conclave::candidate: work stopped term=1 units=40
+{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:02.5Z","reason":"preempted","preferred_holder":"b","leaked_tasks":0}
+{"event":"released","term":1,"at":"2026-01-01T00:00:02.6Z"}
+"#;
+
+#[test]
+fn the_checker_passes_disjoint_terms_and_measures_the_hand_off() {
+    let mut checker = Checker::default();
+    checker.add("l", "a", A);
+    checker.add(
+        "l",
+        "b",
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:03.1Z","observed_at":"2026-01-01T00:00:03Z"}
+{"event":"killed","at":"2026-01-01T00:00:09Z"}"#,
+    );
+    let verdict = checker.verdict();
+    assert!(verdict.clean(), "{verdict:?}");
+    assert_eq!(verdict.terms, 2);
+    assert_eq!(verdict.hand_offs.len(), 1);
+    assert_eq!(verdict.hand_offs[0].gap, Duration::from_millis(500));
+    assert!(verdict.hand_offs[0].graceful());
+}
+
+#[test]
+fn the_checker_finds_overlaps_leaks_and_unended_terms() {
+    let mut checker = Checker::default();
+    checker.add("l", "a", A);
+    // Starts before a's term ended; released without its work stopping.
+    checker.add(
+        "l",
+        "b",
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z"}
+{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:04Z","reason":"shutdown","leaked_tasks":0}
+{"event":"released","term":1,"at":"2026-01-01T00:00:04.1Z"}"#,
+    );
+    checker.add(
+        "other",
+        "c",
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z"}"#,
+    );
+    let verdict = checker.verdict();
+    assert_eq!(verdict.overlaps.len(), 1, "{verdict:?}");
+    assert_eq!(verdict.leaked.len(), 2, "{verdict:?}");
+    assert_eq!(verdict.errors.len(), 1, "{verdict:?}");
+}
