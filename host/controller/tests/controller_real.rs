@@ -8,11 +8,12 @@ use conclave_testkit::wasm_build;
 
 use conclave_controller::ControllerConfig;
 use conclave_core::k8s::lease_record;
-use conclave_core::lease::LeaseRecord;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_engine::{Engine, EngineConfig};
-use conclave_testkit::{CandidateResponder, ControlPlane, lease_candidate};
+use conclave_testkit::{
+    CandidateResponder, ControlPlane, lease_candidate, settled, wait_builtin_leading,
+};
 use controller_support::{
     CoordinatedHolder, LeaseWrite, LeaseWrites, candidate_in, config, crash_the_best_leader,
     create_lease, failover_config, start, wait_event, wait_lease,
@@ -282,22 +283,6 @@ async fn real_schedulers_oldest_leads_and_a_preempted_scheduler_steps_down() {
     cp.check_running().unwrap();
 }
 
-/// Waits until kube-apiserver reports that its built-in election controller leads.
-async fn wait_builtin_leading(cp: &ControlPlane) {
-    let deadline = tokio::time::Instant::now() + controller_support::WAIT;
-    while !cp
-        .builtin_controller_leading()
-        .await
-        .expect("apiserver metrics")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the built-in election controller never led"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// Events in `ns` about Lease `lease` that Conclave reported.
 async fn conclave_events(client: &Client, ns: &str, lease: &str) -> Vec<String> {
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
@@ -331,7 +316,9 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
-    wait_builtin_leading(&cp).await;
+    wait_builtin_leading(&cp)
+        .await
+        .expect("the built-in election controller leads");
     let client = cp.client().await.unwrap();
     let ns = cp.namespace("beside").await.unwrap();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
@@ -481,45 +468,6 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     cp.check_running().unwrap();
 }
 
-/// How long a Lease's holder and preferredHolder must stay unchanged (renewals aside), after the
-/// last candidate registered, to count as the controller's settled answer: twice the ack window.
-const QUIET: Duration = Duration::from_secs(10);
-
-/// Waits until `lease` is settled: held by someone who renews it (its duration is no longer the
-/// 5 s a controller writes), nobody preferred, and holder and preferredHolder unchanged for
-/// [`QUIET`], counted from `since` at the earliest. Returns the settled record.
-async fn settled(leases: &Api<Lease>, lease: &str, since: tokio::time::Instant) -> LeaseRecord {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let mut last: Option<(Option<String>, Option<String>)> = None;
-    let mut unchanged_since = since;
-    loop {
-        if let Some(found) = leases.get_opt(lease).await.expect("read Lease") {
-            let record = lease_record(&found);
-            let state = (
-                record.holder().map(str::to_owned),
-                record.preferred().map(str::to_owned),
-            );
-            if last.as_ref() != Some(&state) {
-                unchanged_since = tokio::time::Instant::now().max(since);
-                last = Some(state);
-            }
-            let now = tokio::time::Instant::now();
-            if record.holder().is_some()
-                && record.preferred().is_none()
-                && record.lease_duration_seconds != Some(5)
-                && now.duration_since(unchanged_since) >= QUIET
-            {
-                return record;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "Lease {lease} never settled; last holder/preferred {last:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// One differential case: LeaseCandidates `(name, binary, emulation)` for Lease `lease`,
 /// registered in this order 1.1 s apart (so their creationTimestamps, which have 1 s resolution,
 /// differ in the same order), each renewing the Lease while it holds it and stepping down when
@@ -540,7 +488,9 @@ async fn elect_candidates(
         let holder = CoordinatedHolder::start(leases.clone(), lease, name);
         keep.push((candidate, holder));
     }
-    let record = settled(&leases, lease, tokio::time::Instant::now()).await;
+    let record = settled(&leases, lease, tokio::time::Instant::now())
+        .await
+        .expect("the Lease settles");
     (
         record.holder().unwrap_or_default().to_owned(),
         record.elected_by_conclave,
@@ -592,7 +542,9 @@ async fn elect_schedulers(
         controller_support::wait_candidate(&candidates, "kube-scheduler", &format!("{version}.0"))
             .await;
     }
-    let record = settled(&leases, "kube-scheduler", tokio::time::Instant::now()).await;
+    let record = settled(&leases, "kube-scheduler", tokio::time::Instant::now())
+        .await
+        .expect("the Lease settles");
     let holder = record.holder().unwrap_or_default();
     let candidate = candidates
         .get(holder)
@@ -623,7 +575,9 @@ async fn conclave_elects_whom_the_builtin_controller_elects() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
-    wait_builtin_leading(&cp).await;
+    wait_builtin_leading(&cp)
+        .await
+        .expect("the built-in election controller leads");
     let client = cp.client().await.unwrap();
 
     // The built-in controller elects.

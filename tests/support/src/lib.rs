@@ -26,6 +26,7 @@ mod binaries;
 mod candidate;
 mod components;
 mod control_plane;
+mod differential;
 mod holder;
 mod pki;
 mod process;
@@ -38,6 +39,11 @@ pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
 pub use candidate::{CandidateResponder, lease_candidate};
 pub use components::{ComponentKind, KubeComponent};
 pub use control_plane::{ControlPlane, SharedControlPlane};
+pub use differential::{
+    Case, CaseCandidate, CoordinatedNamespace, Deviation, Gap, Observed, QUIET, Report,
+    STICKY_STRATEGY, SettleTracker, Verdict, classify, clear, run_batch, run_differential, settled,
+    wait_builtin_leading,
+};
 pub use holder::BuiltinControllerHold;
 pub use process::ManagedProcess;
 pub use sets::{SeededSets, oldest_emulation_winner};
