@@ -142,7 +142,6 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         cache_dir: args.plugin_cache_dir.clone().or_else(default_cache_dir),
         default_limits: Limits::default(),
         limit_overrides: args.limits.overrides(),
-        ..EngineConfig::default()
     })
     .context("loading strategy plugins")?;
     for info in engine.strategies() {

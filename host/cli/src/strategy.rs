@@ -91,10 +91,6 @@ pub struct EngineArgs {
     cache_dir: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
-    /// Instantiate every call's instance when the call needs it, instead of ahead of time on the
-    /// engine's preparer thread (which also tears used ones down); to measure the difference.
-    #[arg(long)]
-    instantiate_on_call: bool,
 }
 
 impl EngineArgs {
@@ -105,7 +101,6 @@ impl EngineArgs {
             cache_dir: self.cache_dir.clone().or_else(default_cache_dir),
             default_limits: Limits::default(),
             limit_overrides: self.limits.overrides(),
-            instantiate_on_call: self.instantiate_on_call,
         }
     }
 }
@@ -665,12 +660,10 @@ fn native_rule(strategy: &str) -> Option<NativeRule> {
 }
 
 /// Latencies of one path (wasm or native), sorted: wall-clock and CPU time of the calling thread
-/// (the clock the plugin time limit is judged by); and the whole process's CPU time per call,
-/// which also counts the engine's preparer thread.
+/// (the clock the plugin time limit is judged by).
 struct Samples {
     wall: Vec<Duration>,
     cpu: Vec<Duration>,
-    process_cpu: Duration,
 }
 
 /// Decisions of one row that failed instead of electing, counted so the row still reports the
@@ -721,9 +714,7 @@ fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
     let mut samples = Samples {
         wall: Vec::with_capacity(iterations),
         cpu: Vec::with_capacity(iterations),
-        process_cpu: Duration::ZERO,
     };
-    let process = cpu_time::ProcessTime::now();
     for _ in 0..iterations {
         let cpu = cpu_time::ThreadTime::now();
         let started = Instant::now();
@@ -738,7 +729,6 @@ fn time_calls<F: FnMut() -> anyhow::Result<Option<String>>>(
             Err(error) => failures.record(&error),
         }
     }
-    samples.process_cpu = process.elapsed() / u32::try_from(iterations).unwrap_or(u32::MAX);
     samples.wall.sort();
     samples.cpu.sort();
     (samples, answer, failures)
@@ -796,20 +786,11 @@ fn bench(
     }
     println!(
         "{iterations} decisions per row; times in µs; cpu = CPU time of the calling thread, the \
-         clock the time limit uses (p50); proc = CPU time of the whole process per decision \
-         (mean), which also counts instances made ahead and torn down on the engine's thread"
+         clock the time limit uses"
     );
     println!(
-        "{:<32} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  leader",
-        "strategy",
-        "cands",
-        "wasm p50",
-        "wasm p99",
-        "wasm cpu",
-        "wasm proc",
-        "native",
-        "nat. p99",
-        "ratio"
+        "{:<32} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  leader",
+        "strategy", "cands", "wasm p50", "wasm p99", "wasm cpu", "native", "nat. p99", "ratio"
     );
     let mut breakdowns = Vec::new();
     let mut failed_rows = 0usize;
@@ -837,11 +818,10 @@ fn bench(
             }
             let (wasm_p50, wasm_p99) = (percentile(&wasm.wall, 0.5), percentile(&wasm.wall, 0.99));
             let mut row = format!(
-                "{strategy:<32} {size:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "{strategy:<32} {size:>6} {:>10.1} {:>10.1} {:>10.1}",
                 micros(wasm_p50),
                 micros(wasm_p99),
-                micros(percentile(&wasm.cpu, 0.5)),
-                micros(wasm.process_cpu)
+                micros(percentile(&wasm.cpu, 0.5))
             );
             if let Some(rule) = native {
                 let (native, native_answer, native_failures) = time_calls(iterations, || {

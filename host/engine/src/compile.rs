@@ -17,7 +17,7 @@ pub(super) const EPOCH_TICK: Duration = Duration::from_millis(1);
 const IDLE_LINGER: Duration = Duration::from_millis(100);
 
 /// Component instances the pool holds, i.e. elections that can run at the same time.
-pub(super) const POOL_SLOTS: u32 = 64;
+const POOL_SLOTS: u32 = 64;
 
 /// Bytes of each linear memory and table kept resident between calls (see [`Runtime::new`]):
 /// enough for a plugin's stack, data and the request of a few thousand candidates.
@@ -70,7 +70,7 @@ impl Runtime {
         // that componentize-py and componentize-js build, dozens of core instances and tables.
         // Core instances cost the pool only a count; each table slot reserves address space.
         pool.total_component_instances(slots)
-            .total_core_instances(slots * 16)
+            .total_core_instances(slots * 8)
             .total_memories(slots * 2)
             .total_tables(slots * 8)
             .max_memory_size(Limits::MAX_MEMORY_BYTES)

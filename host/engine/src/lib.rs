@@ -10,11 +10,8 @@
 //! - a **plugin** is one component (built in, or a `.wasm` file from `--plugins DIR`); it implements
 //!   one or more **strategies** (the names in `info()`);
 //! - a plugin is compiled once (or loaded from the on-disk cache), checked and linked once into a
-//!   [`StrategyPre`](plugin::StrategyPre) (wasmtime's `InstancePre`); every election runs in a
-//!   fresh instance from the pooling allocator under per-call [`Limits`], so no state survives a
-//!   call. The engine's preparer thread makes each plugin's next instance ahead of its call and
-//!   drops used ones, which takes instantiation and teardown off the calling thread
-//!   ([`EngineConfig::instantiate_on_call`] turns it off).
+//!   [`StrategyPre`](plugin::StrategyPre) (wasmtime's `InstancePre`); every election instantiates
+//!   it afresh from the pooling allocator under per-call [`Limits`], so no state survives a call.
 //!
 //! The answer is checked: a name that is not one of the request's candidates is an
 //! [`CallError::InvalidAnswer`] and is never applied. Everything a plugin hands back is bounded:
@@ -24,7 +21,6 @@
 // (`compile::load_cached`), allowed there and nowhere else.
 #![deny(unsafe_code)]
 
-mod ahead;
 mod bindings;
 mod compile;
 mod convert;
@@ -73,17 +69,6 @@ impl CallPhases {
     }
 }
 
-/// How many calls ran in an instance made ahead of them, and how many instantiated their own
-/// (the first call of each plugin, calls that overlap, or all with
-/// [`EngineConfig::instantiate_on_call`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Instantiations {
-    /// Calls served by an instance the preparer thread made ahead.
-    pub ahead: u64,
-    /// Calls that instantiated on the calling thread.
-    pub on_call: u64,
-}
-
 /// How to build an [`Engine`].
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
@@ -103,10 +88,6 @@ pub struct EngineConfig {
     /// Limits the operator set explicitly (command-line flags): they win over every plugin's
     /// sidecar, with a warning naming each value they replace.
     pub limit_overrides: LimitOverrides,
-    /// Instantiate each call's instance on the calling thread when the call needs it, instead of
-    /// ahead of time on the engine's preparer thread, which also drops used instances (the
-    /// default; see the crate docs). For measuring the difference, or to run no extra thread.
-    pub instantiate_on_call: bool,
 }
 
 /// The strategy engine: a registry of loaded plugins by strategy name.
@@ -180,18 +161,6 @@ impl Engine {
     #[must_use]
     pub fn plugins(&self) -> Vec<Arc<PluginInfo>> {
         self.inner.plugins().map(|plugin| plugin.info()).collect()
-    }
-
-    /// How the calls so far got their instances: made ahead, or instantiated by the call.
-    #[must_use]
-    pub fn instantiations(&self) -> Instantiations {
-        self.inner
-            .plugins()
-            .map(plugin::Plugin::instantiations)
-            .fold(Instantiations::default(), |sum, one| Instantiations {
-                ahead: sum.ahead + one.ahead,
-                on_call: sum.on_call + one.on_call,
-            })
     }
 
     /// Decides one election with the plugin implementing `strategy`.

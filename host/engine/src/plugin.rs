@@ -1,7 +1,6 @@
 //! One loaded plugin: its linked [`StrategyPre`] and what a call into it looks like, in each
 //! contract version the host loads.
 
-use super::ahead::{Made, Preparer, Ready, Spare};
 use super::bindings;
 use super::compile::{LoadStats, Runtime, Ticker, Ticking};
 use super::convert;
@@ -16,7 +15,6 @@ use conclave_core::time::Timestamp;
 use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::component::{ComponentExportIndex, HasSelf, Linker, ResourceTable};
 use wasmtime::{Store, UpdateDeadline};
@@ -200,13 +198,6 @@ pub(super) struct Plugin {
     reads: convert::Reads,
     settings: String,
     label: Arc<str>,
-    /// Its next instance, made ahead by `preparer` (see [`super::ahead`]).
-    spare: Arc<Spare>,
-    /// `None` when every call instantiates for itself.
-    preparer: Option<Arc<Preparer>>,
-    /// Calls served by an instance made ahead, and calls that instantiated their own.
-    served_ahead: AtomicU64,
-    served_on_call: AtomicU64,
 }
 
 /// What `info()` reported, whichever the contract version.
@@ -277,17 +268,9 @@ impl Plugin {
         pre: StrategyPre,
         mut info: PluginInfo,
         settings: String,
-        preparer: Option<Arc<Preparer>>,
     ) -> Result<Self, LoadError> {
         let label: Arc<str> = info.source.to_string().into();
-        let mut store = new_store(
-            pre.contract.instance_pre().engine(),
-            &pre.ticker,
-            &label,
-            "",
-            Timestamp::default(),
-            info.limits,
-        );
+        let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
         let reported = match &pre.contract {
             Contract::V0_3(contract) => contract
                 .instantiate(&mut store)
@@ -378,26 +361,13 @@ impl Plugin {
         info.version = reported.version;
         info.contract = pre.contract.version();
         info.reads = describe_reads(reported.reads.as_ref());
-        let spare = Spare::new(maker(&pre, &label, info.limits));
         Ok(Self {
             info: Arc::new(info),
             pre,
             reads: reported.reads.unwrap_or_else(convert::Reads::everything),
             settings,
             label,
-            spare,
-            preparer,
-            served_ahead: AtomicU64::new(0),
-            served_on_call: AtomicU64::new(0),
         })
-    }
-
-    /// How this plugin's calls got their instances.
-    pub(super) fn instantiations(&self) -> super::Instantiations {
-        super::Instantiations {
-            ahead: self.served_ahead.load(Ordering::Relaxed),
-            on_call: self.served_on_call.load(Ordering::Relaxed),
-        }
     }
 
     /// What this plugin is.
@@ -454,36 +424,15 @@ impl Plugin {
         };
         lap(|p| &mut p.convert);
         let lease = format!("{}/{}", request.lease.namespace, request.lease.name);
-        let ready = self.preparer.as_ref().and_then(|p| p.take(&self.spare));
-        let (mut store, instance) = match ready {
-            Some(Ready {
-                mut store,
-                instance,
-            }) => {
-                let state = store.data_mut();
-                state.lease = lease;
-                state.now = request.now;
-                state.ticking = Some(self.pre.ticker.tick());
-                arm_time_limit(&mut store, self.info.limits);
-                self.served_ahead.fetch_add(1, Ordering::Relaxed);
-                lap(|p| &mut p.store);
-                (store, Ok(instance))
-            }
-            None => {
-                self.served_on_call.fetch_add(1, Ordering::Relaxed);
-                let mut store = new_store(
-                    self.pre.contract.instance_pre().engine(),
-                    &self.pre.ticker,
-                    &self.label,
-                    &lease,
-                    request.now,
-                    self.info.limits,
-                );
-                lap(|p| &mut p.store);
-                let instance = self.pre.contract.instance_pre().instantiate(&mut store);
-                (store, instance)
-            }
-        };
+        let mut store = new_store(
+            &self.pre,
+            &self.label,
+            &lease,
+            request.now,
+            self.info.limits,
+        );
+        lap(|p| &mut p.store);
+        let instance = self.pre.contract.instance_pre().instantiate(&mut store);
         lap(|p| &mut p.instantiate);
         let elect = &self.pre.elect;
         let result = instance
@@ -548,11 +497,7 @@ impl Plugin {
                 instantiating,
             )),
         };
-        store.data_mut().ticking = None;
-        match &self.preparer {
-            Some(preparer) => preparer.recycle(&self.spare, store),
-            None => drop(store),
-        }
+        drop(store);
         drop(wit_request);
         drop(columns);
         lap(|p| &mut p.teardown);
@@ -601,8 +546,7 @@ fn bounded_copy(text: &str) -> String {
 }
 
 fn new_store(
-    engine: &wasmtime::Engine,
-    ticker: &Arc<Ticker>,
+    pre: &StrategyPre,
     plugin: &Arc<str>,
     lease: &str,
     now: Timestamp,
@@ -616,17 +560,10 @@ fn new_store(
         last_words: None,
         now,
         wasi: None,
-        ticking: Some(ticker.tick()),
+        _ticking: pre.ticker.tick(),
     };
-    let mut store = Store::new(engine, state);
+    let mut store = Store::new(pre.contract.instance_pre().engine(), state);
     store.limiter(|state| &mut state.limiter);
-    arm_time_limit(&mut store, limits);
-    store
-}
-
-/// Starts the per-call CPU budget of whatever runs next in `store` (instantiation, or the call
-/// on an instance made ahead), on the thread that runs it.
-fn arm_time_limit(store: &mut Store<CallState>, limits: Limits) {
     // The budget is CPU time of the calling thread, not wall time, so a loaded machine does not
     // cut off a good plugin: each epoch tick (1 ms) checks the thread's CPU clock. The clock is
     // first read at the first tick, not here: reading it is a system call, and most calls end
@@ -643,37 +580,7 @@ fn arm_time_limit(store: &mut Store<CallState>, limits: Limits) {
             UpdateDeadline::Continue(1)
         })
     });
-}
-
-/// How the preparer thread makes `pre`'s next instance: under the plugin's limits (a start
-/// function that spins is interrupted there as it would be in a call), and only if instantiating
-/// left nothing a call must see.
-fn maker(
-    pre: &StrategyPre,
-    plugin: &Arc<str>,
-    limits: Limits,
-) -> Box<dyn Fn() -> Made + Send + Sync> {
-    let instance_pre = pre.contract.instance_pre().clone();
-    let ticker = Arc::clone(&pre.ticker);
-    let plugin = Arc::clone(plugin);
-    Box::new(move || {
-        let engine = instance_pre.engine();
-        let mut store = new_store(engine, &ticker, &plugin, "", Timestamp::default(), limits);
-        let Ok(instance) = instance_pre.instantiate(&mut store) else {
-            return Made::Failed;
-        };
-        let state = store.data_mut();
-        state.ticking = None;
-        let untouched = state.logs_left == MAX_LOG_MESSAGES
-            && state.last_words.is_none()
-            && state.wasi.is_none()
-            && state.limiter.hit.is_none();
-        if untouched {
-            Made::Ready(Ready { store, instance })
-        } else {
-            Made::Unsuitable
-        }
-    })
+    store
 }
 
 /// Turns a failed instantiation or call into the error that says which limit or fault it was.
@@ -720,10 +627,8 @@ pub(super) struct CallState {
     now: Timestamp,
     /// Built on first use, only for plugins that import WASI.
     wasi: Option<DenyAllWasi>,
-    /// Keeps the epoch (the CPU-time check) advancing while plugin code may run in this store:
-    /// set for instantiation and for the call, cleared in between (an instance made ahead
-    /// waiting for its call must not keep the ticker awake).
-    ticking: Option<Ticking>,
+    /// Keeps the epoch (the CPU-time check) advancing while this store exists.
+    _ticking: Ticking,
 }
 
 impl CallState {

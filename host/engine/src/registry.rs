@@ -1,7 +1,6 @@
 //! The registry from strategy name to plugin: built-ins, `--plugins DIR`, sidecar configs.
 
 use super::EngineConfig;
-use super::ahead::Preparer;
 use super::compile::{self, Runtime};
 use super::error::LoadError;
 use super::imports;
@@ -55,22 +54,10 @@ impl Registry {
             .map_err(|reason| LoadError::DefaultLimits { reason })?;
         let runtime = Runtime::new()?;
         let linker = plugin::linker(&runtime, config.allow_wasi)?;
-        let preparer = if config.instantiate_on_call {
-            None
-        } else {
-            // Instances made ahead and used ones queued for dropping hold pool slots; together
-            // they stay under a third of the pool, leaving the rest to calls running at once.
-            let cap = usize::try_from(compile::POOL_SLOTS / 4).unwrap_or(usize::MAX);
-            Some(Preparer::start(cap).map_err(|error| LoadError::Engine {
-                what: "starting the instance preparer thread",
-                source: wasmtime::Error::new(error),
-            })?)
-        };
         let loader = Loader {
             runtime: &runtime,
             linker: &linker,
             config,
-            preparer: preparer.as_ref(),
         };
         let mut loaded = Vec::new();
         if builtins {
@@ -152,7 +139,6 @@ struct Loader<'a> {
     runtime: &'a Runtime,
     linker: &'a Linker<CallState>,
     config: &'a EngineConfig,
-    preparer: Option<&'a Arc<Preparer>>,
 }
 
 impl Loader<'_> {
@@ -252,7 +238,7 @@ impl Loader<'_> {
             has_settings: !settings.is_empty(),
             load,
         };
-        let plugin = Plugin::new(pre, info, settings, self.preparer.cloned())?;
+        let plugin = Plugin::new(pre, info, settings)?;
         let info = plugin.info();
         tracing::info!(
             plugin = %label,

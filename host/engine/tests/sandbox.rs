@@ -158,76 +158,6 @@ fn time_limit_comes_from_the_sidecar() {
     );
 }
 
-/// Counts its calls in linear memory and answers none on its first call in an instance, or
-/// "nobody" (never a candidate, so an invalid answer) when the memory shows an earlier call.
-const COUNTS_CALLS: &str = "(i32.store (i32.const 0x400) (i32.add (i32.load (i32.const 0x400)) (i32.const 1))) \
-     (if (result i32) (i32.gt_u (i32.load (i32.const 0x400)) (i32.const 1)) \
-       (then (i32.const 0x100)) (else (i32.const 0x120)))";
-
-/// Calls `strategy` until `more` further calls ran in an instance made ahead (the preparer
-/// thread refills between calls), checking every answer with `check`; fails after 30 s.
-fn call_until_served_ahead(
-    engine: &Engine,
-    strategy: &str,
-    more: u64,
-    check: impl Fn(Result<Option<String>, CallError>),
-) {
-    let ahead = engine.instantiations().ahead + more;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while engine.instantiations().ahead < ahead {
-        assert!(
-            Instant::now() < deadline,
-            "only {:?} after 30 s",
-            engine.instantiations()
-        );
-        check(engine.elect(strategy, &request(strategy)));
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-#[test]
-fn every_call_starts_from_a_fresh_instance_made_ahead_or_not() {
-    let dir = tempfile::tempdir().unwrap();
-    write_plugin(dir.path(), "counter", "test/counter", COUNTS_CALLS);
-    let engine = engine_with(dir.path()).unwrap();
-    call_until_served_ahead(&engine, "test/counter", 5, |answer| {
-        assert_eq!(answer.unwrap(), None, "an instance served a second call");
-    });
-    let on_call = Engine::new(EngineConfig {
-        instantiate_on_call: true,
-        ..config(dir.path())
-    })
-    .unwrap();
-    for _ in 0..5 {
-        assert_eq!(
-            on_call
-                .elect("test/counter", &request("test/counter"))
-                .unwrap(),
-            None
-        );
-    }
-    assert_eq!(on_call.instantiations().ahead, 0);
-    assert!(on_call.instantiations().on_call >= 5);
-}
-
-#[test]
-fn limits_hold_in_instances_made_ahead() {
-    let (_dir, engine) = sandbox();
-    call_until_served_ahead(&engine, "test/loop", 2, |answer| {
-        assert!(
-            matches!(answer, Err(CallError::LimitExceeded { .. })),
-            "{answer:?}"
-        );
-    });
-    call_until_served_ahead(&engine, "test/memory-bomb", 2, |answer| {
-        assert!(
-            matches!(answer, Err(CallError::Memory { .. })),
-            "{answer:?}"
-        );
-    });
-    assert_good_plugin_still_works(&engine);
-}
-
 #[test]
 fn the_operators_limits_win_over_the_sidecar() {
     let dir = tempfile::tempdir().unwrap();
@@ -429,32 +359,6 @@ fn engine_is_shareable_across_threads() {
     for handle in handles {
         handle.join().unwrap();
     }
-}
-
-#[test]
-fn callers_outpacing_the_preparer_thread_never_run_out_of_pool_slots() {
-    // Eight threads calling back to back hand used instances to the one preparer thread faster
-    // than it drops them; the queued ones hold pool slots, so a long queue would starve calls.
-    let (_dir, engine) = sandbox();
-    let request = request(OLDEST_EMULATION_VERSION);
-    let handles: Vec<_> = (0..8)
-        .map(|_| {
-            let engine = engine.clone();
-            let request = request.clone();
-            std::thread::spawn(move || {
-                for _ in 0..300 {
-                    engine
-                        .elect(OLDEST_EMULATION_VERSION, &request)
-                        .expect("every call gets an instance");
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().unwrap();
-    }
-    let served = engine.instantiations();
-    assert_eq!(served.ahead + served.on_call, 8 * 300);
 }
 
 #[test]
