@@ -3,9 +3,7 @@
 # deploy/build-static.sh (the script the Dockerfile's builder stage runs), into
 # target/static/conclave, for the image checks in tests/deploy. Installs what the build needs
 # first: the Rust musl target, and musl-gcc from Debian's musl-tools (apt-get, as root).
-# Builds with the image-test profile (dev's optimisation, no debug info: far quicker to build
-# than release, and the checks test the image, not the binary's speed) unless
-# CONCLAVE_STATIC_PROFILE says otherwise. Prints the elapsed time.
+# Prints the elapsed time.
 set -euo pipefail
 start=$(date +%s)
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +18,5 @@ if ! command -v musl-gcc >/dev/null; then
     apt-get install -y --no-install-recommends musl-tools >/dev/null \
         || { apt-get update >/dev/null && apt-get install -y --no-install-recommends musl-tools >/dev/null; }
 fi
-CONCLAVE_STATIC_PROFILE=${CONCLAVE_STATIC_PROFILE:-image-test} \
-    "$repo/deploy/build-static.sh" "$repo/target/static/conclave"
+"$repo/deploy/build-static.sh" "$repo/target/static/conclave"
 echo "prepare-static: elapsed $(( $(date +%s) - start ))s"

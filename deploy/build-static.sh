@@ -8,8 +8,7 @@
 # Usage: deploy/build-static.sh [OUT]
 #   OUT     where to install the binary (default: target/static/conclave)
 # Environment:
-#   CONCLAVE_STATIC_TARGET   the Rust target (default: the musl target of this machine's arch)
-#   CONCLAVE_STATIC_PROFILE  the Cargo profile (default: release; CI's image tests use image-test)
+#   CONCLAVE_STATIC_TARGET  the Rust target (default: the musl target of this machine's arch)
 #
 # Needs musl-gcc (Debian's musl-tools) for ring's C code; the musl targets link statically by
 # default (crt-static), so the result runs on distroless/static, which has no libc.
@@ -23,11 +22,6 @@ case "$(uname -m)" in
   *) echo "build-static.sh: no musl target known for $(uname -m)" >&2; exit 1 ;;
 esac
 target=${CONCLAVE_STATIC_TARGET:-$default_target}
-profile=${CONCLAVE_STATIC_PROFILE:-release}
-case "$profile" in
-  dev) profile_dir=debug ;;
-  *) profile_dir=$profile ;;
-esac
 
 if ! command -v musl-gcc >/dev/null; then
   echo "build-static.sh: musl-gcc not found (Debian: apt-get install musl-tools)" >&2
@@ -39,9 +33,9 @@ cc_var="CC_${target//-/_}"
 export "$cc_var"="${!cc_var:-musl-gcc}"
 
 started=$(date +%s)
-cargo build --profile "$profile" --locked -p conclave --bin conclave --target "$target"
+cargo build --release --locked -p conclave --bin conclave --target "$target"
 # Symbols are not needed at run time (panics still name their location): about a fifth smaller.
-install -D -s -m 0755 "target/$target/$profile_dir/conclave" "$out"
+install -D -s -m 0755 "target/$target/release/conclave" "$out"
 
 # A static executable names no program interpreter and needs no shared library.
 if readelf -l "$out" | grep -q 'Requesting program interpreter'; then
@@ -53,4 +47,4 @@ if readelf -d "$out" | grep -q '(NEEDED)'; then
   readelf -d "$out" | grep '(NEEDED)' >&2
   exit 1
 fi
-echo "build-static.sh: $out ($target, $profile, $(du -h "$out" | cut -f1)) built in $(( $(date +%s) - started ))s"
+echo "build-static.sh: $out ($target, $(du -h "$out" | cut -f1)) built in $(( $(date +%s) - started ))s"
