@@ -17,8 +17,9 @@
 //! [`CallError::InvalidAnswer`] and is never applied. Everything a plugin hands back is bounded:
 //! error messages, traps and log lines are cut to [`MAX_PLUGIN_TEXT`] bytes (saying so), and an
 //! answer longer than any candidate name is invalid.
-// `deny` rather than `forbid`: the compiled-code cache needs one audited `unsafe` call
-// (`compile::load_cached`), allowed there and nowhere else.
+// `deny` rather than `forbid`: two audited `unsafe` calls are allowed where they are made, and
+// nowhere else: loading compiled code from the cache (`compile::load_cached`) and calling `elect`
+// without checking its type again on every call (`plugin::elect_func`).
 #![deny(unsafe_code)]
 
 mod bindings;

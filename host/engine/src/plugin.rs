@@ -16,7 +16,10 @@ use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::component::{ComponentExportIndex, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{
+    ComponentExportIndex, ComponentNamedList, HasSelf, Instance, Lift, Linker, Lower,
+    ResourceTable, TypedFunc,
+};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -162,6 +165,66 @@ impl StrategyPre {
     }
 }
 
+impl StrategyPre {
+    /// Checks, once per plugin, that its `elect` export has exactly the type the host lowers the
+    /// request into and lifts the answer from for its contract version, so that
+    /// [`elect_func`] can skip that check on every call.
+    fn check_elect_type(&self, store: &mut Store<CallState>) -> wasmtime::Result<()> {
+        let instance = self.contract.instance_pre().instantiate(&mut *store)?;
+        match self.contract {
+            Contract::V0_3(_) => instance
+                .get_typed_func::<_, _>(&mut *store, &self.elect)
+                .map(|_: ElectV0_3<'_>| ()),
+            Contract::V0_2(_) => instance
+                .get_typed_func::<_, _>(&mut *store, &self.elect)
+                .map(|_: ElectV0_2<'_>| ()),
+            Contract::V0_1(_) => instance
+                .get_typed_func::<_, _>(&mut *store, &self.elect)
+                .map(|_: ElectV0_1<'_>| ()),
+        }
+    }
+}
+
+/// `elect` as the host calls it under each contract version: the borrowed request it lowers and
+/// the answer it lifts. [`StrategyPre::check_elect_type`] and [`elect_func`] must name the same
+/// alias for a version; these aliases are the one place the pairing is written.
+type ElectV0_3<'a> = TypedFunc<(&'a convert::v0_3::Request<'a>,), (Answer<u32>,)>;
+type ElectV0_2<'a> = TypedFunc<(&'a convert::v0_2::Request<'a>,), (Answer<u32>,)>;
+type ElectV0_1<'a> = TypedFunc<(&'a convert::Request<'a>,), (Answer<String>,)>;
+
+/// A typed function with its parameter and result types, for [`elect_func`].
+trait TypedElect {
+    type Params: ComponentNamedList + Lower;
+    type Results: ComponentNamedList + Lift;
+}
+
+impl<P: ComponentNamedList + Lower, R: ComponentNamedList + Lift> TypedElect for TypedFunc<P, R> {
+    type Params = P;
+    type Results = R;
+}
+
+/// The `elect` export of a fresh `instance`, typed as `F` without checking the type again.
+///
+/// Checking it (`get_typed_func`) walks the whole request type and compares every field name: a
+/// measurable part of a small election, repeated on every call for an answer that cannot change,
+/// since a component's export types are fixed when it is compiled.
+#[allow(unsafe_code)]
+fn elect_func<F: TypedElect>(
+    instance: &Instance,
+    store: &mut Store<CallState>,
+    elect: &ComponentExportIndex,
+) -> wasmtime::Result<TypedFunc<F::Params, F::Results>> {
+    let func = instance
+        .get_func(&mut *store, elect)
+        .ok_or_else(|| wasmtime::format_err!("the plugin has no elect function"))?;
+    // SAFETY: `new_unchecked` requires the parameter and result types to match the function's
+    // component type. Every caller names the alias of the plugin's contract version, which
+    // `StrategyPre::check_elect_type` checked against this same export of this same component
+    // when the plugin was loaded (a plugin whose check fails is never loaded), and an instance's
+    // export types are those of its component.
+    Ok(unsafe { TypedFunc::new_unchecked(func) })
+}
+
 /// The linker every plugin is linked with: the log interface, plus deny-all WASI if allowed.
 pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallState>, LoadError> {
     let mut linker = Linker::new(&runtime.engine);
@@ -305,6 +368,12 @@ impl Plugin {
             plugin: label.to_string(),
             source: Box::new(classify(&label, error, &store, info.limits.time, true)),
         })?;
+        pre.check_elect_type(&mut store)
+            .map_err(|source| LoadError::Link {
+                plugin: label.to_string(),
+                what: "its elect export does not have the type of its contract version".to_owned(),
+                source,
+            })?;
         let invalid = |reason: String| LoadError::InvalidInfo {
             plugin: label.to_string(),
             reason,
@@ -440,24 +509,21 @@ impl Plugin {
             .and_then(|instance| {
                 // No post-return: the instance is dropped right after, with everything it allocated.
                 let answer = match &wit_request {
-                    WitRequest::V0_3(wit) => instance
-                        .get_typed_func::<(&convert::v0_3::Request<'_>,), (Answer<u32>,)>(
-                            &mut store, elect,
-                        )
-                        .and_then(|elect| elect.call(&mut store, (wit,)))
-                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position))),
-                    WitRequest::V0_2(wit) => instance
-                        .get_typed_func::<(&convert::v0_2::Request<'_>,), (Answer<u32>,)>(
-                            &mut store, elect,
-                        )
-                        .and_then(|elect| elect.call(&mut store, (wit,)))
-                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position))),
-                    WitRequest::V0_1(wit) => instance
-                        .get_typed_func::<(&convert::Request<'_>,), (Answer<String>,)>(
-                            &mut store, elect,
-                        )
-                        .and_then(|elect| elect.call(&mut store, (wit,)))
-                        .map(|(answer,)| answer.map(|choice| choice.map(Choice::Name))),
+                    WitRequest::V0_3(wit) => {
+                        elect_func::<ElectV0_3<'_>>(&instance, &mut store, elect)
+                            .and_then(|elect| elect.call(&mut store, (wit,)))
+                            .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position)))
+                    }
+                    WitRequest::V0_2(wit) => {
+                        elect_func::<ElectV0_2<'_>>(&instance, &mut store, elect)
+                            .and_then(|elect| elect.call(&mut store, (wit,)))
+                            .map(|(answer,)| answer.map(|choice| choice.map(Choice::Position)))
+                    }
+                    WitRequest::V0_1(wit) => {
+                        elect_func::<ElectV0_1<'_>>(&instance, &mut store, elect)
+                            .and_then(|elect| elect.call(&mut store, (wit,)))
+                            .map(|(answer,)| answer.map(|choice| choice.map(Choice::Name)))
+                    }
                 };
                 answer.map_err(|error| (error, false))
             });
