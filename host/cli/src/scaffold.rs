@@ -283,7 +283,12 @@ fn scaffold(name: &str, strategy: &str, dir: &Path, sdk_dir: Option<&Path>) -> a
             "# Build into this crate's own target/ (where README.md looks for the component), even\n\
              # when an enclosing directory's cargo config sets another target directory.\n\
              [build]\n\
-             target-dir = \"target\"\n"
+             target-dir = \"target\"\n\
+             \n\
+             # A 64 KiB stack instead of wasm-ld's 1 MiB: every election resets the plugin's memory,\n\
+             # whose cost grows with its initial size. Raise it if the rule recurses deeply.\n\
+             [target.wasm32-wasip2]\n\
+             rustflags = [\"-C\", \"link-arg=-zstack-size=65536\"]\n"
                 .to_owned(),
         ),
     ];
