@@ -723,7 +723,6 @@ impl Observed {
     }
 }
 
-/// This instance just became holder: the Lease as written by its own renewal or acquisition.
 /// When this instance saw a Lease it then won: on the wall clock and on the monotonic clock.
 #[derive(Debug, Clone, Copy)]
 struct Observation {
@@ -740,6 +739,7 @@ impl Observation {
     }
 }
 
+/// This instance just became holder: the Lease as written by its own renewal or acquisition.
 struct Won {
     lease: Box<Lease>,
     observed: Observation,
