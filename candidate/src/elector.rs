@@ -13,6 +13,7 @@ use crate::config::{
 use crate::lock::{LeaseLock, Write};
 use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
+use crate::time::MonotonicTime;
 use crate::{Error, Result};
 use conclave_core::k8s::{self, lease_record};
 use conclave_core::lease::LeaseRecord;
@@ -87,7 +88,10 @@ impl StopReason {
     }
 }
 
-/// A change of leadership, in the order it happened. Times are wall-clock.
+/// A change of leadership, in the order it happened. Times (`at`, `observed_at`) are wall-clock;
+/// each transition also carries a reading of the monotonic clock ([`MonotonicTime`], taken with
+/// its wall-clock time), by which the leadership intervals of several processes on one machine
+/// can be compared even if the wall clock steps.
 ///
 /// Order, per term: `Leading` (published before the term's closure is called, so the term's own
 /// work always comes after it), `StoppedLeading` (after the term's tasks finished, so their last
@@ -96,9 +100,10 @@ impl StopReason {
 /// inline with the term; subscribers of [`ElectorHandle::transitions`] receive them in that order
 /// too, but on their own task, so their output may interleave with the term's.
 ///
-/// Serializes as one flat object tagged by `event`, with RFC 3339 times:
-/// `{"event":"stopped-leading","term":3,"at":"2025-11-30T10:53:20Z","reason":"preempted",
-/// "preferred_holder":"b","leaked_tasks":0}`; `serde_json::to_string` gives a log line.
+/// Serializes as one flat object tagged by `event`, with RFC 3339 times and the monotonic
+/// readings in nanoseconds: `{"event":"stopped-leading","term":3,"at":"2025-11-30T10:53:20Z",
+/// "monotonic_ns":81234567890,"reason":"preempted","preferred_holder":"b","leaked_tasks":0}`;
+/// `serde_json::to_string` gives a log line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Transition {
@@ -112,6 +117,10 @@ pub enum Transition {
         /// When this instance observed itself as holder (the start of its leadership interval).
         #[serde(serialize_with = "crate::time::serialize")]
         observed_at: Timestamp,
+        /// `observed_at` on the monotonic clock: read before the term began, so the leadership
+        /// interval it starts is, if anything, too long.
+        #[serde(rename = "observed_monotonic_ns")]
+        observed_monotonic: MonotonicTime,
     },
     /// A term ended and its tasks were drained (or aborted past the drain timeout): the end of
     /// the leadership interval.
@@ -121,6 +130,10 @@ pub enum Transition {
         /// When the drain ended.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
+        /// `at` on the monotonic clock: read after the term's tasks stopped (or were aborted),
+        /// so the leadership interval it ends is, if anything, too long.
+        #[serde(rename = "monotonic_ns")]
+        monotonic: MonotonicTime,
         /// Why the term ended.
         #[serde(flatten)]
         reason: StopReason,
@@ -134,6 +147,9 @@ pub enum Transition {
         /// When the release was written.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
+        /// `at` on the monotonic clock (read after the release was written).
+        #[serde(rename = "monotonic_ns")]
+        monotonic: MonotonicTime,
     },
     /// The Lease could not be released after term `term`, so the next leader waits for it to
     /// expire (`conclave_candidate_release_failures_total`; also a `warn` or `error` log line).
@@ -143,6 +159,9 @@ pub enum Transition {
         /// When the release was given up.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
+        /// `at` on the monotonic clock.
+        #[serde(rename = "monotonic_ns")]
+        monotonic: MonotonicTime,
         /// Why, as a sentence.
         error: String,
     },
@@ -151,6 +170,9 @@ pub enum Transition {
         /// When.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
+        /// `at` on the monotonic clock.
+        #[serde(rename = "monotonic_ns")]
+        monotonic: MonotonicTime,
     },
 }
 
@@ -605,10 +627,16 @@ impl Elector {
                 reported: false,
             }),
         };
-        runner.emit(Transition::Following { at: k8s::now() });
+        runner.emit(Transition::Following {
+            at: k8s::now(),
+            monotonic: MonotonicTime::now(),
+        });
         while let Some(won) = runner.follow().await {
             runner.lead(won, &mut lead).await;
-            runner.emit(Transition::Following { at: k8s::now() });
+            runner.emit(Transition::Following {
+                at: k8s::now(),
+                monotonic: MonotonicTime::now(),
+            });
         }
         runner.stop_candidate().await;
         runner.shared.running.send_replace(false);
@@ -695,10 +723,26 @@ impl Observed {
     }
 }
 
+/// When this instance saw a Lease it then won: on the wall clock and on the monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Observation {
+    at: Timestamp,
+    monotonic: MonotonicTime,
+}
+
+impl Observation {
+    fn now() -> Self {
+        Self {
+            at: k8s::now(),
+            monotonic: MonotonicTime::now(),
+        }
+    }
+}
+
 /// This instance just became holder: the Lease as written by its own renewal or acquisition.
 struct Won {
     lease: Box<Lease>,
-    observed_at: Timestamp,
+    observed: Observation,
     renewed_at: Instant,
 }
 
@@ -950,20 +994,19 @@ impl Runner {
                     }
                 };
             }
-            let observed_at = k8s::now();
-            return self.write_holder(lease, observed_at).await;
+            return self.write_holder(lease, Observation::now()).await;
         }
         if record.holder().is_some() && fresh {
             *free_since = None;
             return None;
         }
         if self.may_take(free_since, now) {
-            return self.write_holder(lease, k8s::now()).await;
+            return self.write_holder(lease, Observation::now()).await;
         }
         None
     }
 
-    async fn write_holder(&self, lease: &Lease, observed_at: Timestamp) -> Option<Attempt> {
+    async fn write_holder(&self, lease: &Lease, observed: Observation) -> Option<Attempt> {
         let sent = Instant::now();
         match tokio::time::timeout(
             self.config().renew_deadline,
@@ -971,7 +1014,7 @@ impl Runner {
         )
         .await
         {
-            Ok(Ok(write)) => Some(self.attempted(write, observed_at, sent)),
+            Ok(Ok(write)) => Some(self.attempted(write, observed, sent)),
             Ok(Err(error)) => {
                 self.follower_error(Operation::Write, &error, "writing the Lease");
                 None
@@ -986,12 +1029,12 @@ impl Runner {
 
     /// A follower's write of the Lease (an acquisition or a create) was answered: any
     /// [`Blocked`] answer no longer stands, and `write` says whether this instance won.
-    fn attempted(&self, write: Write, observed_at: Timestamp, sent: Instant) -> Attempt {
+    fn attempted(&self, write: Write, observed: Observation, sent: Instant) -> Attempt {
         self.unblock(&[Operation::Read, Operation::Create, Operation::Write]);
         match write {
             Write::Done(lease) => Attempt::Won(Won {
                 lease,
-                observed_at,
+                observed,
                 renewed_at: sent,
             }),
             Write::Conflict => Attempt::Retry,
@@ -999,11 +1042,11 @@ impl Runner {
     }
 
     async fn try_create(&self) -> Option<Attempt> {
-        let observed_at = k8s::now();
+        let observed = Observation::now();
         let sent = Instant::now();
-        let create = self.lock.create(self.strategy.clone(), observed_at);
+        let create = self.lock.create(self.strategy.clone(), observed.at);
         match tokio::time::timeout(self.config().renew_deadline, create).await {
-            Ok(Ok(write)) => Some(self.attempted(write, observed_at, sent)),
+            Ok(Ok(write)) => Some(self.attempted(write, observed, sent)),
             Ok(Err(error)) => {
                 self.follower_error(Operation::Create, &error, "creating the Lease");
                 None
@@ -1035,7 +1078,7 @@ impl Runner {
                 strategy: record.strategy.clone(),
                 lease_transitions: record.lease_transitions,
                 acquire_time: record.acquire_time,
-                observed_at: won.observed_at,
+                observed_at: won.observed.at,
             },
         );
         self.observed.observe(Some(&won.lease), Instant::now());
@@ -1052,7 +1095,8 @@ impl Runner {
         self.emit(Transition::Leading {
             term: number,
             at: k8s::now(),
-            observed_at: won.observed_at,
+            observed_at: won.observed.at,
+            observed_monotonic: won.observed.monotonic,
         });
         term.spawn(lead(term.clone()));
         let _end_term_on_drop = EndTermOnDrop(term.clone());
@@ -1103,6 +1147,7 @@ impl Runner {
             .drain(&term, &mut lease, &mut renewed_at, lost, next_renewal)
             .await;
         let stopped_at = k8s::now();
+        let stopped_monotonic = MonotonicTime::now();
         if leaked > 0 {
             tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, "term tasks still running after the drain timeout; aborted");
             self.metrics
@@ -1113,6 +1158,7 @@ impl Runner {
         self.emit(Transition::StoppedLeading {
             term: number,
             at: stopped_at,
+            monotonic: stopped_monotonic,
             reason,
             leaked_tasks: leaked,
         });
@@ -1126,6 +1172,7 @@ impl Runner {
                     self.emit(Transition::Released {
                         term: number,
                         at: k8s::now(),
+                        monotonic: MonotonicTime::now(),
                     });
                     None
                 }
@@ -1143,6 +1190,7 @@ impl Runner {
             self.emit(Transition::ReleaseFailed {
                 term: number,
                 at: k8s::now(),
+                monotonic: MonotonicTime::now(),
                 error,
             });
         }
@@ -1403,6 +1451,7 @@ mod tests {
                 serde_json::to_value(Transition::StoppedLeading {
                     term: 3,
                     at,
+                    monotonic: MonotonicTime::from_nanos(81_234_567_890),
                     reason: StopReason::Preempted {
                         preferred_holder: "b".into(),
                     },
@@ -1410,19 +1459,20 @@ mod tests {
                 }),
                 json!({
                     "event": "stopped-leading", "term": 3, "at": "2025-11-30T10:53:20Z",
-                    "reason": "preempted", "preferred_holder": "b", "leaked_tasks": 1,
+                    "monotonic_ns": 81_234_567_890_u64, "reason": "preempted", "preferred_holder": "b", "leaked_tasks": 1,
                 }),
             ),
             (
                 serde_json::to_value(Transition::StoppedLeading {
                     term: 4,
                     at,
+                    monotonic: MonotonicTime::from_nanos(2),
                     reason: StopReason::LeaseLost,
                     leaked_tasks: 0,
                 }),
                 json!({
                     "event": "stopped-leading", "term": 4, "at": "2025-11-30T10:53:20Z",
-                    "reason": "lease-lost", "leaked_tasks": 0,
+                    "monotonic_ns": 2, "reason": "lease-lost", "leaked_tasks": 0,
                 }),
             ),
             (
@@ -1430,15 +1480,19 @@ mod tests {
                     term: 1,
                     at,
                     observed_at: Timestamp::from_micros(1_764_500_000_000_001),
+                    observed_monotonic: MonotonicTime::from_nanos(1),
                 }),
                 json!({
                     "event": "leading", "term": 1, "at": "2025-11-30T10:53:20Z",
-                    "observed_at": "2025-11-30T10:53:20.000001Z",
+                    "observed_at": "2025-11-30T10:53:20.000001Z", "observed_monotonic_ns": 1,
                 }),
             ),
             (
-                serde_json::to_value(Transition::Following { at }),
-                json!({ "event": "following", "at": "2025-11-30T10:53:20Z" }),
+                serde_json::to_value(Transition::Following {
+                    at,
+                    monotonic: MonotonicTime::from_nanos(3),
+                }),
+                json!({ "event": "following", "at": "2025-11-30T10:53:20Z", "monotonic_ns": 3 }),
             ),
             (
                 serde_json::to_value(LeaderState::Draining { term: 2 }),
@@ -1452,11 +1506,12 @@ mod tests {
                 serde_json::to_value(Transition::ReleaseFailed {
                     term: 2,
                     at,
+                    monotonic: MonotonicTime::from_nanos(4),
                     error: "the API server said no".into(),
                 }),
                 json!({
                     "event": "release-failed", "term": 2, "at": "2025-11-30T10:53:20Z",
-                    "error": "the API server said no",
+                    "monotonic_ns": 4, "error": "the API server said no",
                 }),
             ),
             (

@@ -69,7 +69,9 @@
 //!   [`ElectorHandle::coordination`] says whether an election controller acts on the Lease.
 //!
 //! Transitions, notices and states serialize (serde) as flat JSON objects with RFC 3339 times,
-//! ready for a log line or an event shipper. [`Elector::on_transition`] sees transitions inline,
+//! ready for a log line or an event shipper. Each transition also carries a [`MonotonicTime`]
+//! (`CLOCK_MONOTONIC` nanoseconds), so the terms of processes on one machine can be ordered
+//! without trusting the wall clock. [`Elector::on_transition`] sees transitions inline,
 //! in order with the term's own work; [`ElectorHandle::transitions`] delivers them to other
 //! tasks.
 //!
@@ -131,7 +133,7 @@ pub use identity::{
 };
 pub use metrics::{ElectorMetrics, Operation};
 pub use term::{Term, TermLease};
-pub use time::rfc3339;
+pub use time::{MonotonicTime, rfc3339};
 pub use warm::WarmCache;
 
 /// The time of every [`Transition`], [`Notice`] and [`TermLease`]: microseconds since the Unix

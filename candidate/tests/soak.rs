@@ -66,13 +66,14 @@ async fn stalls_on_kube_apiserver_without_split_brain() {
     soak(&server, &binary, 30).await;
 }
 
-// The checker itself, on hand-written outputs.
+// The checker itself, on hand-written outputs. Monotonic readings (`*monotonic_ns`) are
+// seconds · 10⁹ here, so they read like the wall-clock times beside them.
 
-const A: &str = r#"{"event":"following","at":"2026-01-01T00:00:00Z"}
-{"event":"leading","term":1,"at":"2026-01-01T00:00:01.1Z","observed_at":"2026-01-01T00:00:01Z"}
-2026-01-01T00:00:02.000000Z  INFO conclave::candidate: work stopped term=1 units=40
-{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:02.5Z","reason":"preempted","preferred_holder":"b","leaked_tasks":0}
-{"event":"released","term":1,"at":"2026-01-01T00:00:02.6Z"}
+const A: &str = r#"{"event":"following","at":"2026-01-01T00:00:00Z","monotonic_ns":0}
+{"event":"leading","term":1,"at":"2026-01-01T00:00:01.1Z","observed_at":"2026-01-01T00:00:01Z","observed_monotonic_ns":1000000000}
+2026-01-01T00:00:02.000000Z  INFO conclave::candidate: work stopped term=1 units=40 monotonic_ns=2000000000
+{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:02.5Z","monotonic_ns":2500000000,"reason":"preempted","preferred_holder":"b","leaked_tasks":0}
+{"event":"released","term":1,"at":"2026-01-01T00:00:02.6Z","monotonic_ns":2600000000}
 "#;
 
 #[test]
@@ -82,8 +83,8 @@ fn the_checker_passes_disjoint_terms_and_measures_the_hand_off() {
     checker.add(
         "l",
         "b",
-        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:03.1Z","observed_at":"2026-01-01T00:00:03Z"}
-{"event":"killed","at":"2026-01-01T00:00:09Z"}"#,
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:03.1Z","observed_at":"2026-01-01T00:00:03Z","observed_monotonic_ns":3000000000}
+{"event":"killed","at":"2026-01-01T00:00:09Z","monotonic_ns":9000000000}"#,
     );
     let verdict = checker.verdict();
     assert!(verdict.clean(), "{verdict:?}");
@@ -101,17 +102,59 @@ fn the_checker_finds_overlaps_leaks_and_unended_terms() {
     checker.add(
         "l",
         "b",
-        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z"}
-{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:04Z","reason":"shutdown","leaked_tasks":0}
-{"event":"released","term":1,"at":"2026-01-01T00:00:04.1Z"}"#,
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z","observed_monotonic_ns":2400000000}
+{"event":"stopped-leading","term":1,"at":"2026-01-01T00:00:04Z","monotonic_ns":4000000000,"reason":"shutdown","leaked_tasks":0}
+{"event":"released","term":1,"at":"2026-01-01T00:00:04.1Z","monotonic_ns":4100000000}"#,
     );
     checker.add(
         "other",
         "c",
-        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z"}"#,
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:02.4Z","observed_at":"2026-01-01T00:00:02.4Z","observed_monotonic_ns":2400000000}"#,
     );
     let verdict = checker.verdict();
     assert_eq!(verdict.overlaps.len(), 1, "{verdict:?}");
     assert_eq!(verdict.leaked.len(), 2, "{verdict:?}");
     assert_eq!(verdict.errors.len(), 1, "{verdict:?}");
+}
+
+#[test]
+fn the_checker_judges_by_the_monotonic_clock_not_the_wall_clock() {
+    // b's wall clock says its term began 0.5 s after a's ended, but by the monotonic clock it
+    // began while a still led (a wall clock stepped forward): an overlap.
+    let mut checker = Checker::default();
+    checker.add("l", "a", A);
+    checker.add(
+        "l",
+        "b",
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:03.1Z","observed_at":"2026-01-01T00:00:03Z","observed_monotonic_ns":2499999999}
+{"event":"killed","at":"2026-01-01T00:00:09Z","monotonic_ns":9000000000}"#,
+    );
+    let verdict = checker.verdict();
+    assert_eq!(verdict.overlaps.len(), 1, "{verdict:?}");
+    assert!(
+        verdict.overlaps[0].contains("1000000000..2500000000 ns"),
+        "{verdict:?}"
+    );
+    assert!(verdict.hand_offs.is_empty(), "{verdict:?}");
+
+    // The other way round: b's wall clock stepped back, so its times fall inside a's term, but
+    // the monotonic readings are disjoint. And a's work stopped, by its reading, after the
+    // release, although its line comes first: a leak.
+    let mut checker = Checker::default();
+    checker.add(
+        "l",
+        "a",
+        &A.replace("monotonic_ns=2000000000", "monotonic_ns=2700000000"),
+    );
+    checker.add(
+        "l",
+        "b",
+        r#"{"event":"leading","term":1,"at":"2026-01-01T00:00:01.6Z","observed_at":"2026-01-01T00:00:01.5Z","observed_monotonic_ns":3000000000}
+{"event":"killed","at":"2026-01-01T00:00:07.5Z","monotonic_ns":9000000000}"#,
+    );
+    let verdict = checker.verdict();
+    assert!(verdict.overlaps.is_empty(), "{verdict:?}");
+    assert_eq!(verdict.hand_offs.len(), 1, "{verdict:?}");
+    assert_eq!(verdict.hand_offs[0].gap, Duration::from_millis(500));
+    assert_eq!(verdict.leaked.len(), 2, "{verdict:?}");
 }

@@ -3,8 +3,9 @@
 //! with SIGTERM, starts new ones with random versions (so older ones pre-empt the leader) and
 //! injects API faults. The split-brain checker (tests/common/checker.rs, shared with the soak)
 //! then reads every candidate's output: every leadership interval (from a `leading` line's
-//! `observed_at` time to its `stopped-leading` line, or to the SIGKILL) must be disjoint from
-//! every other, and every term's tasks must have stopped before its release. The processes and
+//! `observed_monotonic_ns` to its `stopped-leading` line's `monotonic_ns`, or to the SIGKILL; all
+//! `CLOCK_MONOTONIC` readings) must be disjoint from every other, and every term's tasks must
+//! have stopped before its release. The processes and
 //! faults are tests/common/procs.rs's.
 //!
 //! One scenario, run on two servers:

@@ -3,25 +3,29 @@
 //! It shares no code with the elector (it does not use `conclave-candidate` at all): its input
 //! is the output of each `conclave candidate` process, stdout and stderr in the order written
 //! (see [`super::procs`]), as text. It uses these lines:
-//! - `{"event":"leading","term":N,"observed_at":T,…}`: term N's leadership interval starts at T,
-//!   when the process observed itself as holder (before its term began, so the interval is, if
-//!   anything, too long);
-//! - the work's log line `… work stopped term=N units=…`, written by the term's one task as it
-//!   returns;
-//! - `{"event":"stopped-leading","term":N,"at":T,"reason":R,"leaked_tasks":K}`: the interval ends
-//!   at T, after the drain;
-//! - `{"event":"released","term":N,…}`: the Lease was released after term N;
-//! - `{"event":"killed","at":T}`, appended by the harness once a SIGKILLed process was reaped:
-//!   an open interval ends at T.
+//! - `{"event":"leading","term":N,"observed_monotonic_ns":T,…}`: term N's leadership interval
+//!   starts at T, when the process observed itself as holder (before its term began, so the
+//!   interval is, if anything, too long);
+//! - the work's log line `… work stopped term=N units=… monotonic_ns=T`, written by the term's one
+//!   task as it returns: its tasks stopped at T;
+//! - `{"event":"stopped-leading","term":N,"monotonic_ns":T,"reason":R,"leaked_tasks":K,…}`: the
+//!   interval ends at T, after the drain;
+//! - `{"event":"released","term":N,"monotonic_ns":T,…}`: the Lease was released after term N, at T;
+//! - `{"event":"killed","monotonic_ns":T,…}`, appended by the harness once a SIGKILLed process
+//!   was reaped: an open interval ends at T.
 //!
-//! Times are the processes' wall clock (`observed_at`, `at`; all on one machine): `conclave
-//! candidate` prints no monotonic time. It asserts, per Lease, that no two intervals overlap, and
-//! per term that its tasks stopped before its release: a `work stopped` line for the term, then
-//! its `stopped-leading` line with `leaked_tasks` 0, both before its `released` line.
+//! Every T is a reading of `CLOCK_MONOTONIC` in nanoseconds, taken by the process itself (by the
+//! harness for `killed`); all processes are on one machine, so the readings are comparable, and
+//! unlike the wall-clock `at` fields they cannot step. It asserts, per Lease, that no two
+//! intervals overlap, and per term that its tasks stopped before its release: its `work stopped`
+//! reading, then its `stopped-leading` reading with `leaked_tasks` 0, both no later than its
+//! `released` reading.
 
-use jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// A reading of `CLOCK_MONOTONIC`, in nanoseconds.
+type Monotonic = u64;
 
 /// One term's leadership interval, as its process printed it.
 #[derive(Debug, Clone)]
@@ -29,8 +33,8 @@ struct Interval {
     lease: String,
     identity: String,
     term: u64,
-    start: Timestamp,
-    end: Timestamp,
+    start: Monotonic,
+    end: Monotonic,
     /// How it ended: the `stopped-leading` reason, or `killed`.
     ended: String,
 }
@@ -106,7 +110,7 @@ pub struct Checker {
 /// A term being read from one output.
 struct Open {
     term: u64,
-    start: Timestamp,
+    start: Monotonic,
 }
 
 impl Checker {
@@ -114,15 +118,15 @@ impl Checker {
     pub fn add(&mut self, lease: &str, identity: &str, output: &str) {
         let who = format!("{lease}/{identity}");
         let mut open: Option<Open> = None;
-        // Terms whose work logged `work stopped`, and terms that printed `stopped-leading`.
-        let mut work_stopped = Vec::new();
-        let mut stopped = Vec::new();
+        // When each term's work logged `work stopped` (stderr, so read apart from stdout's
+        // transitions, whose order among themselves is kept), and when each printed
+        // `stopped-leading`.
+        let work_stopped: BTreeMap<u64, Monotonic> =
+            output.lines().filter_map(work_stopped).collect();
+        let mut stopped: BTreeMap<u64, Monotonic> = BTreeMap::new();
         for (number, line) in output.lines().enumerate() {
             let place = format!("{who} line {}", number + 1);
             if !line.starts_with('{') {
-                if let Some(term) = work_stopped_term(line) {
-                    work_stopped.push(term);
-                }
                 continue;
             }
             let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -132,15 +136,13 @@ impl Checker {
                 continue;
             };
             let term = value["term"].as_u64();
-            let time = |key: &str| {
-                value[key]
-                    .as_str()
-                    .and_then(|t| t.parse::<Timestamp>().ok())
-            };
+            let time = |key: &str| value[key].as_u64();
             match (value["event"].as_str().unwrap_or_default(), term) {
                 ("leading", Some(term)) => {
-                    let Some(start) = time("observed_at") else {
-                        self.verdict.errors.push(format!("{place}: no observed_at"));
+                    let Some(start) = time("observed_monotonic_ns") else {
+                        self.verdict
+                            .errors
+                            .push(format!("{place}: no observed_monotonic_ns"));
                         continue;
                     };
                     if let Some(previous) = open.replace(Open { term, start }) {
@@ -151,7 +153,7 @@ impl Checker {
                     self.verdict.terms += 1;
                 }
                 ("stopped-leading", Some(term)) => {
-                    let (Some(end), Some(current)) = (time("at"), open.take()) else {
+                    let (Some(end), Some(current)) = (time("monotonic_ns"), open.take()) else {
                         self.verdict
                             .errors
                             .push(format!("{place}: stopped-leading without a term or time"));
@@ -168,25 +170,35 @@ impl Checker {
                         self.verdict
                             .leaked
                             .push(format!("{who} term {term}: {leaked} tasks leaked"));
-                    } else if !work_stopped.contains(&term) {
+                    } else if work_stopped.get(&term).is_none_or(|&work| work > end) {
                         self.verdict.leaked.push(format!(
-                            "{who} term {term}: stopped leading before its work stopped"
+                            "{who} term {term}: stopped leading at {end} ns before its work \
+                             stopped ({:?} ns)",
+                            work_stopped.get(&term)
                         ));
                     }
-                    stopped.push(term);
+                    stopped.insert(term, end);
                     let ended = value["reason"].as_str().unwrap_or("?").to_owned();
                     self.interval(lease, identity, &current, end, ended);
                 }
                 ("released", Some(term)) => {
                     self.verdict.releases += 1;
-                    if !stopped.contains(&term) || !work_stopped.contains(&term) {
+                    let released = time("monotonic_ns");
+                    let before = |at: Option<&Monotonic>| {
+                        at.zip(released)
+                            .is_some_and(|(at, released)| *at <= released)
+                    };
+                    if !before(stopped.get(&term)) || !before(work_stopped.get(&term)) {
                         self.verdict.leaked.push(format!(
-                            "{who} term {term}: released before its tasks stopped"
+                            "{who} term {term}: released at {released:?} ns before its tasks \
+                             stopped ({:?} ns) and the term ended ({:?} ns)",
+                            work_stopped.get(&term),
+                            stopped.get(&term)
                         ));
                     }
                 }
                 ("killed", _) => {
-                    let Some(end) = time("at") else {
+                    let Some(end) = time("monotonic_ns") else {
                         self.verdict
                             .errors
                             .push(format!("{place}: killed without a time"));
@@ -211,7 +223,7 @@ impl Checker {
         lease: &str,
         identity: &str,
         open: &Open,
-        end: Timestamp,
+        end: Monotonic,
         ended: String,
     ) {
         *self.verdict.ends.entry(ended.clone()).or_default() += 1;
@@ -246,7 +258,7 @@ impl Checker {
                 furthest = Some(reach);
                 if next.start < reach.end {
                     self.verdict.overlaps.push(format!(
-                        "{}: {} term {} {}..{} and {} term {} {}..{}",
+                        "{}: {} term {} {}..{} ns and {} term {} {}..{} ns",
                         next.lease,
                         reach.identity,
                         reach.term,
@@ -259,9 +271,7 @@ impl Checker {
                     ));
                     continue;
                 }
-                let gap = (next.start - previous.end)
-                    .try_into()
-                    .unwrap_or(Duration::ZERO);
+                let gap = Duration::from_nanos(next.start.saturating_sub(previous.end));
                 self.verdict.hand_offs.push(HandOff {
                     after: previous.ended.clone(),
                     gap,
@@ -273,11 +283,14 @@ impl Checker {
     }
 }
 
-/// The term of a `work stopped term=N …` log line.
-fn work_stopped_term(line: &str) -> Option<u64> {
+/// The term and the monotonic reading of a `work stopped term=N … monotonic_ns=T` log line.
+fn work_stopped(line: &str) -> Option<(u64, Monotonic)> {
     let (_, fields) = line.split_once("work stopped")?;
-    fields
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("term="))
-        .and_then(|term| term.parse().ok())
+    let field = |name: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+    };
+    Some((field("term")?, field("monotonic_ns")?))
 }

@@ -4,9 +4,9 @@
 //! process, `conclave run` replicas, API faults of either server, and a seeded dice.
 //!
 //! Every process is killed and reaped when its handle is dropped, so a panicking test or bench
-//! leaves nothing running. A SIGKILL appends `{"event":"killed","at":…}` to the process's output
-//! once it is reaped: the end of a leadership interval the process itself could not print, for
-//! [`super::checker`], which reads only these files.
+//! leaves nothing running. A SIGKILL appends `{"event":"killed","monotonic_ns":…}` to the
+//! process's output once it is reaped: the end of a leadership interval the process itself could
+//! not print, for [`super::checker`], which reads only these files.
 
 use super::{Backend, Server};
 use conclave_emulator::{Failure, Verb};
@@ -57,6 +57,15 @@ impl Dice {
     pub fn millis(&mut self, from: u64, spread: u64) -> Duration {
         Duration::from_millis(from + self.below(spread))
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `conclave candidate` stamps its transitions
+/// with, read here without the candidate library.
+fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let seconds = u64::try_from(now.tv_sec).expect("CLOCK_MONOTONIC counts from boot");
+    let nanos = u64::try_from(now.tv_nsec).expect("nanoseconds are below 10^9");
+    seconds * 1_000_000_000 + nanos
 }
 
 /// A child process writing stdout and stderr to one file (appending, so lines from both keep
@@ -181,12 +190,16 @@ impl CandidateProcess {
         std::fs::read_to_string(self.output()).is_ok_and(|text| text.contains("{\"event\":"))
     }
 
-    /// SIGKILL; once it is reaped, notes the time in its output (it cannot act after it).
-    /// Returns the output file.
+    /// SIGKILL; once it is reaped, notes the time in its output (it cannot act after it): on
+    /// `CLOCK_MONOTONIC`, as the process stamped its own transitions, and on the wall clock for
+    /// people reading the file. Returns the output file.
     pub fn kill(mut self) -> PathBuf {
         self.process.kill();
-        let line =
-            serde_json::json!({ "event": "killed", "at": jiff::Timestamp::now().to_string() });
+        let line = serde_json::json!({
+            "event": "killed",
+            "at": jiff::Timestamp::now().to_string(),
+            "monotonic_ns": monotonic_ns(),
+        });
         let mut file = File::options()
             .append(true)
             .open(self.output())

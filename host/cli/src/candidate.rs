@@ -1,12 +1,13 @@
 //! `conclave candidate`: a real example component built on `conclave-candidate`. It registers a
 //! LeaseCandidate, leads while the Lease names it, hands over gracefully when pre-empted, and
-//! prints one JSON line per transition on stdout (logs go to stderr). Tests, the demo and users
-//! smoke-testing a cluster run it.
+//! prints one JSON line per transition on stdout (logs go to stderr), each with its
+//! `CLOCK_MONOTONIC` reading in nanoseconds. Tests, the demo and users smoke-testing a cluster run
+//! it.
 
 use crate::duration::parse as parse_duration;
 use anyhow::Context as _;
 use conclave_candidate::{
-    CandidateConfig, Elector, LeaseConfig, Term, Transition, default_identity,
+    CandidateConfig, Elector, LeaseConfig, MonotonicTime, Term, Transition, default_identity,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -112,6 +113,9 @@ async fn serve(args: CandidateArgs) -> anyhow::Result<()> {
 }
 
 /// The example work: units of `work` each, until the term ends; a unit in progress is finished.
+/// Its last log line says when it stopped on the monotonic clock (`monotonic_ns`), comparable with
+/// the transitions' readings: the soak's checker uses it to see the term's tasks stop before the
+/// term ends.
 async fn lead(term: Term, work: Duration) {
     let worker = term.clone();
     term.spawn(async move {
@@ -120,12 +124,14 @@ async fn lead(term: Term, work: Duration) {
             tokio::time::sleep(work).await;
             units += 1;
         }
-        tracing::info!(term = worker.number(), units, "work stopped");
+        let monotonic_ns = MonotonicTime::now().as_nanos();
+        tracing::info!(term = worker.number(), units, monotonic_ns, "work stopped");
     });
 }
 
 /// One JSON line per transition: the library's serialized form (`event`, `term`, `at` and
-/// details, RFC 3339 times), so every kind of transition is printed as it is defined there.
+/// details, RFC 3339 times, `monotonic_ns` or, for `leading`, `observed_monotonic_ns`), so every
+/// kind of transition is printed as it is defined there.
 fn transition_line(transition: &Transition) -> String {
     serde_json::to_string(transition).unwrap_or_else(|error| {
         json!({ "event": "unprintable", "error": error.to_string() }).to_string()
@@ -171,6 +177,7 @@ mod tests {
         let line = transition_line(&Transition::StoppedLeading {
             term: 3,
             at,
+            monotonic: MonotonicTime::from_nanos(81_234_567_890),
             reason: StopReason::Preempted {
                 preferred_holder: "b".into(),
             },
@@ -183,9 +190,11 @@ mod tests {
         assert_eq!(line["reason"], "preempted");
         assert_eq!(line["preferred_holder"], "b");
         assert_eq!(line["at"], "2025-11-30T10:53:20Z");
+        assert_eq!(line["monotonic_ns"], 81_234_567_890_u64);
         let line: Value = serde_json::from_str(&transition_line(&Transition::ReleaseFailed {
             term: 3,
             at,
+            monotonic: MonotonicTime::from_nanos(1),
             error: "the API server said no".into(),
         }))
         .unwrap();
