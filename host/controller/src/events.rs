@@ -1,5 +1,11 @@
 //! Kubernetes Events on the Leases the controller elects for: why a Lease changed hands, or why
 //! it did not. Publishing is best effort: a failure or a timeout is logged, never fatal.
+//!
+//! Events are published off the workers' path: [`Events::publish`] queues the Event and returns,
+//! and a background task sends up to [`PUBLISHERS`] at a time. An Event is one more API
+//! round-trip per election; sent inline it held the worker (and so the next election) for it,
+//! which bounded an expiry storm of thousands of Leases. Past [`QUEUED`] Events waiting, new ones
+//! are dropped with a warning rather than slowing elections down.
 
 use super::key::LeaseKey;
 use conclave_core::text::truncate_utf8;
@@ -7,7 +13,15 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Events sent to the API server at the same time.
+pub const PUBLISHERS: usize = 8;
+
+/// Events waiting to be sent; more are dropped.
+pub const QUEUED: usize = 16_384;
 
 /// The longest note kube-apiserver accepts on an Event (`note` is limited to 1 kB).
 const NOTE_LIMIT: usize = 1000;
@@ -52,35 +66,40 @@ impl EventReason {
     }
 }
 
-/// Publishes the controller's Events, each within the API timeout.
+/// An Event waiting to be sent.
+struct Pending {
+    event: Event,
+    reference: ObjectReference,
+}
+
+/// Queues the controller's Events; a background task publishes each within the API timeout.
 pub struct Events {
-    recorder: Recorder,
-    timeout: Duration,
+    queue: mpsc::Sender<Pending>,
 }
 
 impl Events {
-    /// Events reported by controller `conclave`, instance `identity`.
+    /// Events reported by controller `conclave`, instance `identity`. Spawns the task that
+    /// publishes them (on the current Tokio runtime); it ends once this value is dropped and
+    /// the Events already queued are sent.
     #[must_use]
     pub fn new(client: Client, identity: &str, timeout: Duration) -> Self {
         let reporter = Reporter {
             controller: "conclave".into(),
             instance: Some(identity.to_owned()),
         };
-        Self {
-            recorder: Recorder::new(client, reporter),
+        let (queue, pending) = mpsc::channel(QUEUED);
+        tokio::spawn(send_all(
+            Arc::new(Recorder::new(client, reporter)),
+            pending,
             timeout,
-        }
+        ));
+        Self { queue }
     }
 
-    /// Publishes an Event on the Lease `key` (`lease` as last read, for its uid and version); a
-    /// note longer than kube-apiserver accepts is cut at a character boundary.
-    pub async fn publish(
-        &self,
-        lease: Option<&Lease>,
-        key: &LeaseKey,
-        reason: EventReason,
-        mut note: String,
-    ) {
+    /// Queues an Event on the Lease `key` (`lease` as last read, for its uid and version); a
+    /// note longer than kube-apiserver accepts is cut at a character boundary. Never waits: a
+    /// full queue drops the Event with a warning.
+    pub fn publish(&self, lease: Option<&Lease>, key: &LeaseKey, reason: EventReason, mut note: String) {
         let reference = ObjectReference {
             api_version: Some("coordination.k8s.io/v1".into()),
             kind: Some("Lease".into()),
@@ -98,13 +117,35 @@ impl Events {
             action: "Elect".into(),
             secondary: None,
         };
-        let reason = reason.label();
-        match tokio::time::timeout(self.timeout, self.recorder.publish(&event, &reference)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, reason, "publishing an Event failed"),
-            Err(_) => {
-                tracing::warn!(timeout = ?self.timeout, reason, "publishing an Event timed out")
-            }
+        if self.queue.try_send(Pending { event, reference }).is_err() {
+            tracing::warn!(
+                lease = %key,
+                reason = reason.label(),
+                queued = QUEUED,
+                "too many Events waiting to be published; this one is dropped"
+            );
         }
+    }
+}
+
+/// Sends every queued Event, [`PUBLISHERS`] at a time, until the queue is closed and drained.
+async fn send_all(recorder: Arc<Recorder>, mut pending: mpsc::Receiver<Pending>, timeout: Duration) {
+    let slots = Arc::new(Semaphore::new(PUBLISHERS));
+    while let Some(Pending { event, reference }) = pending.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let recorder = Arc::clone(&recorder);
+        tokio::spawn(async move {
+            let reason = event.reason.as_str();
+            match tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, reason, "publishing an Event failed"),
+                Err(_) => {
+                    tracing::warn!(?timeout, reason, "publishing an Event timed out");
+                }
+            }
+            drop(slot);
+        });
     }
 }

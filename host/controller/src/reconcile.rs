@@ -126,7 +126,7 @@ async fn step(
     };
     let election = match plan {
         Plan::Skip(skip) => {
-            report_skip(ctx, key, lease_obj, skip.reason).await;
+            report_skip(ctx, key, lease_obj, skip.reason);
             return Ok((next_at(skip.recheck_at), Progress::Settled));
         }
         Plan::Decide(election) => election,
@@ -153,8 +153,7 @@ async fn step(
                     key,
                     EventReason::PluginError,
                     format!("strategy {strategy:?} failed ({}): {error}", error.kind),
-                )
-                .await;
+                );
             return Err(StepError::Retry);
         }
     };
@@ -229,7 +228,7 @@ async fn probe_holder(
 
 /// Reports a step that wrote nothing without asking the strategy: the managed and blocked
 /// gauges, and for a conflict or an unknown strategy a metric, a warning and an Event.
-async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason: SkipReason) {
+fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason: SkipReason) {
     ctx.set_conflicted(key, matches!(reason, SkipReason::Conflict(_)));
     if let Some(managed) = reason.managed() {
         ctx.set_managed(key, managed);
@@ -245,8 +244,7 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
                     key,
                     EventReason::StrategyConflict,
                     conflict.to_string(),
-                )
-                .await;
+                );
         }
         SkipReason::NotHandled { strategy } => {
             tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
@@ -264,8 +262,7 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
                         "no loaded plugin implements strategy {strategy:?}; add one with \
                          --plugins or fix spec.strategy"
                     ),
-                )
-                .await;
+                );
         }
         SkipReason::AllUnresponsive { .. } => {
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
@@ -330,8 +327,7 @@ async fn write_lease(
             };
             tracing::info!(%winner, %strategy, write = kind.label(), "Lease written");
             ctx.events
-                .publish(Some(&written), key, reason, message)
-                .await;
+                .publish(Some(&written), key, reason, message);
             let record = lease_record(&written);
             Ok((
                 next_at(plan::recheck_at(Some(&record), now, ctx.config.ack_window)),
