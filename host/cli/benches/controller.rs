@@ -575,31 +575,31 @@ async fn main() {
             std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
                 .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into()),
         )
-            .args([
-                "run",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--mode",
-                "all",
-                "--namespace",
-                &ns,
-                "--controller-namespace",
-                "kube-system",
-                "--identity",
-                "bench",
-                "--metrics-addr",
-                &metrics.to_string(),
-                "--ack-window",
-                &format!("{}s", ACK_WINDOW.as_secs()),
-                "--lease-duration-seconds",
-                &lease_secs.to_string(),
-                "--workers",
-                &workers.to_string(),
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("conclave run starts"),
+        .args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--mode",
+            "all",
+            "--namespace",
+            &ns,
+            "--controller-namespace",
+            "kube-system",
+            "--identity",
+            "bench",
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--ack-window",
+            &format!("{}s", ACK_WINDOW.as_secs()),
+            "--lease-duration-seconds",
+            &lease_secs.to_string(),
+            "--workers",
+            &workers.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("conclave run starts"),
     );
     let pid = controller.pid();
     let started = Instant::now();

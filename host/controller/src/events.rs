@@ -99,7 +99,13 @@ impl Events {
     /// Queues an Event on the Lease `key` (`lease` as last read, for its uid and version); a
     /// note longer than kube-apiserver accepts is cut at a character boundary. Never waits: a
     /// full queue drops the Event with a warning.
-    pub fn publish(&self, lease: Option<&Lease>, key: &LeaseKey, reason: EventReason, mut note: String) {
+    pub fn publish(
+        &self,
+        lease: Option<&Lease>,
+        key: &LeaseKey,
+        reason: EventReason,
+        mut note: String,
+    ) {
         let reference = ObjectReference {
             api_version: Some("coordination.k8s.io/v1".into()),
             kind: Some("Lease".into()),
@@ -129,7 +135,11 @@ impl Events {
 }
 
 /// Sends every queued Event, [`PUBLISHERS`] at a time, until the queue is closed and drained.
-async fn send_all(recorder: Arc<Recorder>, mut pending: mpsc::Receiver<Pending>, timeout: Duration) {
+async fn send_all(
+    recorder: Arc<Recorder>,
+    mut pending: mpsc::Receiver<Pending>,
+    timeout: Duration,
+) {
     let slots = Arc::new(Semaphore::new(PUBLISHERS));
     while let Some(Pending { event, reference }) = pending.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {

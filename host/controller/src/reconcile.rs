@@ -147,13 +147,12 @@ async fn step(
                 })
                 .inc();
             tracing::warn!(%strategy, kind = error.kind.label(), %error, "plugin error; Lease left as it is");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::PluginError,
-                    format!("strategy {strategy:?} failed ({}): {error}", error.kind),
-                );
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::PluginError,
+                format!("strategy {strategy:?} failed ({}): {error}", error.kind),
+            );
             return Err(StepError::Retry);
         }
     };
@@ -238,13 +237,12 @@ fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason:
         SkipReason::Conflict(conflict) => {
             ctx.metrics.conflicts.inc();
             tracing::warn!(%conflict, "strategy conflict; nothing written");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::StrategyConflict,
-                    conflict.to_string(),
-                );
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::StrategyConflict,
+                conflict.to_string(),
+            );
         }
         SkipReason::NotHandled { strategy } => {
             tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
@@ -253,16 +251,15 @@ fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason:
             ctx.metrics
                 .election(&strategy, ElectionOutcome::UnknownStrategy);
             tracing::warn!(%strategy, "no plugin implements the strategy; nothing written");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::UnknownStrategy,
-                    format!(
-                        "no loaded plugin implements strategy {strategy:?}; add one with \
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::UnknownStrategy,
+                format!(
+                    "no loaded plugin implements strategy {strategy:?}; add one with \
                          --plugins or fix spec.strategy"
-                    ),
-                );
+                ),
+            );
         }
         SkipReason::AllUnresponsive { .. } => {
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
@@ -326,8 +323,7 @@ async fn write_lease(
                 ),
             };
             tracing::info!(%winner, %strategy, write = kind.label(), "Lease written");
-            ctx.events
-                .publish(Some(&written), key, reason, message);
+            ctx.events.publish(Some(&written), key, reason, message);
             let record = lease_record(&written);
             Ok((
                 next_at(plan::recheck_at(Some(&record), now, ctx.config.ack_window)),
