@@ -11,7 +11,10 @@ use super::key::LeaseKey;
 use conclave_core::text::truncate_utf8;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
+use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +76,12 @@ struct Pending {
 }
 
 /// Queues the controller's Events; a background task publishes each within the API timeout.
+///
+/// Warnings go through kube-rs's [`Recorder`], which turns a repeat of the same warning on the
+/// same Lease version (a plugin failing on every retry) into one Event with a growing series.
+/// Normal Events (elections) never repeat: each names the Lease version its write produced. They
+/// are created directly: the `Recorder` keeps every Event it sent for 6 minutes and sweeps that
+/// whole cache on each publish, which at 10,000 Leases took half of the controller's CPU.
 pub struct Events {
     queue: mpsc::Sender<Pending>,
 }
@@ -88,11 +97,12 @@ impl Events {
             instance: Some(identity.to_owned()),
         };
         let (queue, pending) = mpsc::channel(QUEUED);
-        tokio::spawn(send_all(
-            Arc::new(Recorder::new(client, reporter)),
-            pending,
-            timeout,
-        ));
+        let publisher = Publisher {
+            client: client.clone(),
+            instance: identity.to_owned(),
+            recorder: Recorder::new(client, reporter),
+        };
+        tokio::spawn(send_all(Arc::new(publisher), pending, timeout));
         Self { queue }
     }
 
@@ -134,9 +144,50 @@ impl Events {
     }
 }
 
+/// What sends the Events: the `Recorder` for warnings, a plain create for the others.
+struct Publisher {
+    client: Client,
+    instance: String,
+    recorder: Recorder,
+}
+
+impl Publisher {
+    async fn publish(&self, event: &Event, reference: &ObjectReference) -> Result<(), kube::Error> {
+        if event.type_ == EventType::Warning {
+            return self.recorder.publish(event, reference).await;
+        }
+        let namespace = reference.namespace.clone().unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        let object = K8sEvent {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(format!(
+                    "{}.{:x}",
+                    reference.name.as_deref().unwrap_or("conclave"),
+                    now.as_nanosecond()
+                )),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference.clone()),
+            reporting_controller: Some("conclave".into()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some("Normal".into()),
+            ..K8sEvent::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(drop)
+    }
+}
+
 /// Sends every queued Event, [`PUBLISHERS`] at a time, until the queue is closed and drained.
 async fn send_all(
-    recorder: Arc<Recorder>,
+    publisher: Arc<Publisher>,
     mut pending: mpsc::Receiver<Pending>,
     timeout: Duration,
 ) {
@@ -145,10 +196,10 @@ async fn send_all(
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        let recorder = Arc::clone(&recorder);
+        let publisher = Arc::clone(&publisher);
         tokio::spawn(async move {
             let reason = event.reason.as_str();
-            match tokio::time::timeout(timeout, recorder.publish(&event, &reference)).await {
+            match tokio::time::timeout(timeout, publisher.publish(&event, &reference)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::warn!(%error, reason, "publishing an Event failed"),
                 Err(_) => {
