@@ -41,8 +41,10 @@ use tokio_util::sync::CancellationToken;
 
 /// The controller's counter of API writes (labels `operation`, `result`).
 const WRITES: &str = "conclave_api_writes_total";
-/// Concurrent writes of the holders (renewals, releases).
-const HOLDER_WRITERS: usize = 8;
+/// Concurrent writes of the holders (renewals, releases): many, as N independent electors would
+/// write; with 8, the real kube-apiserver (each write waits for etcd) let the first 1,600 Leases
+/// expire and be taken over again while the candidates were still being created.
+const HOLDER_WRITERS: usize = 64;
 /// Pings answered concurrently.
 const PING_ANSWERS: usize = 32;
 /// The controller's ack window (its default), passed explicitly because the release storm waits
