@@ -10,11 +10,15 @@
 //! `CONCLAVE_BENCH_SERVER=kube` runs it against the real kube-apiserver of `tests/kube` instead
 //! of the emulator (skipped with a message when its binaries are not built). Environment:
 //! `CONCLAVE_BENCH_LEASES` (N), `CONCLAVE_BENCH_STEADY_SECS` (steady-state window, default 30),
-//! `CONCLAVE_BENCH_RENEW_SECS` (holders' renewal period, default 2) and
+//! `CONCLAVE_BENCH_RENEW_SECS` (holders' renewal period, default 2; each Lease renews at its own
+//! point of the period, read from the bench's watch cache, so the holders keep 10,000 Leases
+//! renewed without listing them) and
 //! `CONCLAVE_BENCH_LEASE_SECS` (leaseDurationSeconds written by the controller and by the
-//! holders, default 10), `CONCLAVE_BENCH_WORKERS` (`conclave run --workers`, default 4, the
+//! holders, default 10), `CONCLAVE_BENCH_WORKERS` (`conclave run --workers`, default 16, the
 //! controller's default) and `CONCLAVE_BENCH_WAIT_SECS` (longest wait for a phase to settle,
-//! default 600; the bench fails past it, and a failing bench kills the controller it started).
+//! default 600; the bench fails past it, and a failing bench kills the controller it started),
+//! `CONCLAVE_BENCH_CONCLAVE` (the `conclave` binary to run, default the one cargo built with the
+//! bench; worktrees sharing one target directory overwrite each other's).
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
@@ -25,7 +29,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ListParams, ObjectMeta, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -37,8 +41,10 @@ use tokio_util::sync::CancellationToken;
 
 /// The controller's counter of API writes (labels `operation`, `result`).
 const WRITES: &str = "conclave_api_writes_total";
-/// Concurrent writes of the holders (renewals, releases).
-const HOLDER_WRITERS: usize = 8;
+/// Concurrent writes of the holders (renewals, releases): many, as N independent electors would
+/// write; with 8, the real kube-apiserver (each write waits for etcd) let the first 1,600 Leases
+/// expire and be taken over again while the candidates were still being created.
+const HOLDER_WRITERS: usize = 64;
 /// Pings answered concurrently.
 const PING_ANSWERS: usize = 32;
 /// The controller's ack window (its default), passed explicitly because the release storm waits
@@ -213,11 +219,11 @@ async fn answer_pings(api: Api<LeaseCandidate>) {
         .await;
 }
 
-/// What the holders did so far (`slowest_round` since the last [`Holders::new_window`]).
+/// What the holders did so far (`slowest_slice` since the last [`Holders::new_window`]).
 #[derive(Clone, Copy, Default)]
 struct HolderStats {
     rounds: u64,
-    slowest_round: Duration,
+    slowest_slice: Duration,
     renewals: u64,
     step_downs: u64,
     failures: u64,
@@ -228,7 +234,7 @@ impl std::ops::Sub for HolderStats {
     fn sub(self, earlier: Self) -> Self {
         Self {
             rounds: self.rounds - earlier.rounds,
-            slowest_round: self.slowest_round,
+            slowest_slice: self.slowest_slice,
             renewals: self.renewals - earlier.renewals,
             step_downs: self.step_downs - earlier.step_downs,
             failures: self.failures - earlier.failures,
@@ -236,10 +242,17 @@ impl std::ops::Sub for HolderStats {
     }
 }
 
-/// The holder of every Lease, as a client-go coordinated elector behaves: every `every` it renews
+/// Renewal slices per period: each Lease renews in one slice of the period (by a hash of its
+/// name), so the renewals of N Leases spread evenly over the period, as N independent electors'
+/// timers would, instead of arriving as one burst.
+const SLICES: u32 = 20;
+
+/// The holder of every Lease, as client-go coordinated electors behave: every `every` it renews
 /// each Lease that names a holder and has not expired (renewTime = now, its own
-/// leaseDurationSeconds), or releases it if `preferredHolder` names someone else. Every write
-/// carries the resourceVersion read in the same round; a conflict waits for the next round.
+/// leaseDurationSeconds), or releases it if `preferredHolder` names someone else. Each Lease
+/// renews at its own point of the period; the Leases are read from the bench's watch cache
+/// ([`LeaseCache`]), not listed, and every write carries the resourceVersion last watched; a
+/// conflict waits for the Lease's next turn.
 struct Holders {
     stop: CancellationToken,
     stats: Arc<Mutex<HolderStats>>,
@@ -247,11 +260,12 @@ struct Holders {
 }
 
 impl Holders {
-    fn start(leases: Api<Lease>, every: Duration, duration_secs: i32) -> Self {
+    fn start(leases: Api<Lease>, cache: LeaseCache, every: Duration, duration_secs: i32) -> Self {
         let stop = CancellationToken::new();
         let stats = Arc::default();
         let task = tokio::spawn(hold(
             leases,
+            cache,
             every,
             duration_secs,
             stop.clone(),
@@ -264,62 +278,74 @@ impl Holders {
         *self.stats.lock().unwrap()
     }
 
-    /// The stats so far; starts a new window for `slowest_round`.
+    /// The stats so far; starts a new window for `slowest_slice`.
     fn new_window(&self) -> HolderStats {
         let mut stats = self.stats.lock().unwrap();
         let so_far = *stats;
-        stats.slowest_round = Duration::ZERO;
+        stats.slowest_slice = Duration::ZERO;
         so_far
     }
 
-    /// Stops renewing after the round in progress; returns once no holder writes any more.
+    /// Stops renewing after the slice in progress; returns once no holder writes any more.
     async fn stop(self) {
         self.stop.cancel();
         self.task.await.expect("holders");
     }
 }
 
+/// The slice of the renewal period in which the Lease `name` renews.
+fn slice_of(name: &str) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    u32::try_from(hasher.finish() % u64::from(SLICES)).unwrap_or(0)
+}
+
 async fn hold(
     leases: Api<Lease>,
+    cache: LeaseCache,
     every: Duration,
     duration_secs: i32,
     stop: CancellationToken,
     stats: Arc<Mutex<HolderStats>>,
 ) {
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval(every / SLICES);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    for slice in (0..SLICES).cycle() {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let round_start = Instant::now();
-        let Ok(list) = leases.list(&ListParams::default()).await else {
-            continue;
-        };
+        let slice_start = Instant::now();
         let now_micros = micros_now();
-        let writes = list.items.into_iter().filter_map(|mut lease| {
-            let record = lease_record(&lease);
-            let holder = record.holder()?.to_owned();
-            if record
-                .expires_at()
-                .is_none_or(|at| at.as_micros() <= now_micros)
-            {
-                return None;
-            }
-            let step_down = record.preferred().is_some_and(|p| p != holder);
-            let spec = lease.spec.get_or_insert_with(Default::default);
-            if step_down {
-                spec.holder_identity = Some(String::new());
-                spec.lease_duration_seconds = Some(1);
-                spec.preferred_holder = None;
-                spec.strategy = None;
-            } else {
-                spec.lease_duration_seconds = Some(duration_secs);
-            }
-            spec.renew_time = Some(now());
-            Some((step_down, lease))
-        });
+        let writes: Vec<(bool, Lease)> = cache
+            .state()
+            .into_iter()
+            .filter(|lease| slice_of(lease.metadata.name.as_deref().unwrap_or_default()) == slice)
+            .filter_map(|lease| {
+                let mut lease = Lease::clone(&lease);
+                let record = lease_record(&lease);
+                let holder = record.holder()?.to_owned();
+                if record
+                    .expires_at()
+                    .is_none_or(|at| at.as_micros() <= now_micros)
+                {
+                    return None;
+                }
+                let step_down = record.preferred().is_some_and(|p| p != holder);
+                let spec = lease.spec.get_or_insert_with(Default::default);
+                if step_down {
+                    spec.holder_identity = Some(String::new());
+                    spec.lease_duration_seconds = Some(1);
+                    spec.preferred_holder = None;
+                    spec.strategy = None;
+                } else {
+                    spec.lease_duration_seconds = Some(duration_secs);
+                }
+                spec.renew_time = Some(now());
+                Some((step_down, lease))
+            })
+            .collect();
         futures::stream::iter(writes)
             .for_each_concurrent(HOLDER_WRITERS, |(step_down, lease)| {
                 let (api, stats) = (leases.clone(), Arc::clone(&stats));
@@ -336,9 +362,26 @@ async fn hold(
             })
             .await;
         let mut stats = stats.lock().unwrap();
-        stats.rounds += 1;
-        stats.slowest_round = stats.slowest_round.max(round_start.elapsed());
+        if slice == SLICES - 1 {
+            stats.rounds += 1;
+        }
+        stats.slowest_slice = stats.slowest_slice.max(slice_start.elapsed());
     }
+}
+
+/// The bench's own watch cache of the Leases (a kube-rs reflector), read by the holders and by
+/// [`wait_leases`] instead of listing every Lease again and again.
+type LeaseCache = reflector::Store<Lease>;
+
+/// Starts the bench's Lease cache; returns once it has listed the Leases.
+async fn lease_cache(leases: Api<Lease>) -> LeaseCache {
+    let (cache, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(leases, watcher::Config::default()))
+        .default_backoff()
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(stream);
+    cache.wait_until_ready().await.expect("Lease cache");
+    cache
 }
 
 /// Every holder releases its Lease at once, as client-go releases (holder "", 1 s, renewTime now),
@@ -373,10 +416,10 @@ async fn release_all(leases: &Api<Lease>) {
         .await;
 }
 
-/// Waits until `n` Leases satisfy `done`, for at most `CONCLAVE_BENCH_WAIT_SECS` (default 600);
+/// Waits until `n` Leases in the bench's watch cache satisfy `done`, for at most `CONCLAVE_BENCH_WAIT_SECS` (default 600);
 /// returns the time it took, or panics (which kills the controller, see [`Controller`]).
 async fn wait_leases(
-    leases: &Api<Lease>,
+    cache: &LeaseCache,
     n: usize,
     what: &str,
     done: impl Fn(&LeaseRecord) -> bool,
@@ -384,8 +427,12 @@ async fn wait_leases(
     let limit = Duration::from_secs(env_u64("CONCLAVE_BENCH_WAIT_SECS", 600));
     let start = Instant::now();
     loop {
-        let list = leases.list(&ListParams::default()).await.expect("list");
-        let count = list.items.iter().map(lease_record).filter(&done).count();
+        let count = cache
+            .state()
+            .iter()
+            .map(|lease| lease_record(lease))
+            .filter(&done)
+            .count();
         if count >= n {
             return start.elapsed();
         }
@@ -515,7 +562,7 @@ async fn main() {
     let steady = Duration::from_secs(env_u64("CONCLAVE_BENCH_STEADY_SECS", 30));
     let renew_every = Duration::from_secs(env_u64("CONCLAVE_BENCH_RENEW_SECS", 2));
     let lease_secs = i32::try_from(env_u64("CONCLAVE_BENCH_LEASE_SECS", 10)).expect("lease secs");
-    let workers = env_u64("CONCLAVE_BENCH_WORKERS", 4);
+    let workers = env_u64("CONCLAVE_BENCH_WORKERS", 16);
     let dir = tempfile::tempdir().expect("tempdir");
     let Some((server, client, kubeconfig, ns)) = Server::start(dir.path()).await else {
         return;
@@ -526,32 +573,35 @@ async fn main() {
 
     let metrics = free_port();
     let controller = Controller(
-        std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
-            .args([
-                "run",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--mode",
-                "all",
-                "--namespace",
-                &ns,
-                "--controller-namespace",
-                "kube-system",
-                "--identity",
-                "bench",
-                "--metrics-addr",
-                &metrics.to_string(),
-                "--ack-window",
-                &format!("{}s", ACK_WINDOW.as_secs()),
-                "--lease-duration-seconds",
-                &lease_secs.to_string(),
-                "--workers",
-                &workers.to_string(),
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("conclave run starts"),
+        std::process::Command::new(
+            std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
+                .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into()),
+        )
+        .args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--mode",
+            "all",
+            "--namespace",
+            &ns,
+            "--controller-namespace",
+            "kube-system",
+            "--identity",
+            "bench",
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--ack-window",
+            &format!("{}s", ACK_WINDOW.as_secs()),
+            "--lease-duration-seconds",
+            &lease_secs.to_string(),
+            "--workers",
+            &workers.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("conclave run starts"),
     );
     let pid = controller.pid();
     let started = Instant::now();
@@ -569,7 +619,8 @@ async fn main() {
     progress("controller active; creating the candidates");
 
     // Initial elections; each holder renews from the moment it is elected.
-    let holders = Holders::start(leases.clone(), renew_every, lease_secs);
+    let cache = lease_cache(leases.clone()).await;
+    let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
     let t0 = micros_now();
     let create_start = Instant::now();
     for lease in 0..n {
@@ -581,7 +632,7 @@ async fn main() {
         }
     }
     let created_in = create_start.elapsed();
-    let elect = wait_leases(&leases, n, "held", |r| {
+    let elect = wait_leases(&cache, n, "held", |r| {
         r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t0)
     })
     .await;
@@ -614,7 +665,7 @@ async fn main() {
         .collect();
     let first_expiry = *expiries.values().min().expect("Leases");
     let last_expiry = *expiries.values().max().expect("Leases");
-    wait_leases(&leases, n, "re-elected after expiry", |r| {
+    wait_leases(&cache, n, "re-elected after expiry", |r| {
         let renewed = r.renew_time.map_or(0, |t| t.as_micros());
         let expiry = expiries[&r.name];
         assert!(
@@ -631,7 +682,7 @@ async fn main() {
 
     // Release storm: the holders renew again until every candidate is stale (no ping answered for
     // longer than the ack window), then all release at once.
-    let holders = Holders::start(leases.clone(), renew_every, lease_secs);
+    let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
     tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
     holders.stop().await;
     let before_release = snapshot(pid, metrics).await;
@@ -639,7 +690,7 @@ async fn main() {
     let release_start = Instant::now();
     release_all(&leases).await;
     let released_in = release_start.elapsed();
-    let release_storm = wait_leases(&leases, n, "re-elected after release", |r| {
+    let release_storm = wait_leases(&cache, n, "re-elected after release", |r| {
         r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t1)
     })
     .await;
@@ -681,10 +732,10 @@ async fn main() {
     );
     row(
         &format!(
-            "steady state: {} renewals in {} rounds (slowest {:.1} s), {} failed, {} step-downs",
+            "steady state: {} renewals in {} rounds (slowest slice {:.2} s), {} failed, {} step-downs",
             steady_stats.renewals,
             steady_stats.rounds,
-            steady_stats.slowest_round.as_secs_f64(),
+            steady_stats.slowest_slice.as_secs_f64(),
             steady_stats.failures,
             steady_stats.step_downs
         ),

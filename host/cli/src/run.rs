@@ -22,7 +22,7 @@ pub struct RunArgs {
     #[arg(long = "namespace", env = "CONCLAVE_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
     /// Leases reconciled in parallel.
-    #[arg(long, env = "CONCLAVE_WORKERS", default_value_t = 4)]
+    #[arg(long, env = "CONCLAVE_WORKERS", default_value_t = 16)]
     pub workers: usize,
     /// A candidate is fresh if it renewed within this window; pings wait this long for an ack.
     #[arg(long, env = "CONCLAVE_ACK_WINDOW", value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]

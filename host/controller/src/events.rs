@@ -1,13 +1,30 @@
 //! Kubernetes Events on the Leases the controller elects for: why a Lease changed hands, or why
 //! it did not. Publishing is best effort: a failure or a timeout is logged, never fatal.
+//!
+//! Events are published off the workers' path: [`Events::publish`] queues the Event and returns,
+//! and a background task sends up to [`PUBLISHERS`] at a time. An Event is one more API
+//! round-trip per election; sent inline it held the worker (and so the next election) for it,
+//! which bounded an expiry storm of thousands of Leases. Past [`QUEUED`] Events waiting, new ones
+//! are dropped with a warning rather than slowing elections down.
 
 use super::key::LeaseKey;
 use conclave_core::text::truncate_utf8;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
+use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Events sent to the API server at the same time.
+pub const PUBLISHERS: usize = 8;
+
+/// Events waiting to be sent; more are dropped.
+pub const QUEUED: usize = 16_384;
 
 /// The longest note kube-apiserver accepts on an Event (`note` is limited to 1 kB).
 const NOTE_LIMIT: usize = 1000;
@@ -52,29 +69,47 @@ impl EventReason {
     }
 }
 
-/// Publishes the controller's Events, each within the API timeout.
+/// An Event waiting to be sent.
+struct Pending {
+    event: Event,
+    reference: ObjectReference,
+}
+
+/// Queues the controller's Events; a background task publishes each within the API timeout.
+///
+/// Warnings go through kube-rs's [`Recorder`], which turns a repeat of the same warning on the
+/// same Lease version (a plugin failing on every retry) into one Event with a growing series.
+/// Normal Events (elections) never repeat: each names the Lease version its write produced. They
+/// are created directly: the `Recorder` keeps every Event it sent for 6 minutes and sweeps that
+/// whole cache on each publish, which at 10,000 Leases took half of the controller's CPU.
 pub struct Events {
-    recorder: Recorder,
-    timeout: Duration,
+    queue: mpsc::Sender<Pending>,
 }
 
 impl Events {
-    /// Events reported by controller `conclave`, instance `identity`.
+    /// Events reported by controller `conclave`, instance `identity`. Spawns the task that
+    /// publishes them (on the current Tokio runtime); it ends once this value is dropped and
+    /// the Events already queued are sent.
     #[must_use]
     pub fn new(client: Client, identity: &str, timeout: Duration) -> Self {
         let reporter = Reporter {
             controller: "conclave".into(),
             instance: Some(identity.to_owned()),
         };
-        Self {
+        let (queue, pending) = mpsc::channel(QUEUED);
+        let publisher = Publisher {
+            client: client.clone(),
+            instance: identity.to_owned(),
             recorder: Recorder::new(client, reporter),
-            timeout,
-        }
+        };
+        tokio::spawn(send_all(Arc::new(publisher), pending, timeout));
+        Self { queue }
     }
 
-    /// Publishes an Event on the Lease `key` (`lease` as last read, for its uid and version); a
-    /// note longer than kube-apiserver accepts is cut at a character boundary.
-    pub async fn publish(
+    /// Queues an Event on the Lease `key` (`lease` as last read, for its uid and version); a
+    /// note longer than kube-apiserver accepts is cut at a character boundary. Never waits: a
+    /// full queue drops the Event with a warning.
+    pub fn publish(
         &self,
         lease: Option<&Lease>,
         key: &LeaseKey,
@@ -98,13 +133,80 @@ impl Events {
             action: "Elect".into(),
             secondary: None,
         };
-        let reason = reason.label();
-        match tokio::time::timeout(self.timeout, self.recorder.publish(&event, &reference)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, reason, "publishing an Event failed"),
-            Err(_) => {
-                tracing::warn!(timeout = ?self.timeout, reason, "publishing an Event timed out")
-            }
+        if self.queue.try_send(Pending { event, reference }).is_err() {
+            tracing::warn!(
+                lease = %key,
+                reason = reason.label(),
+                queued = QUEUED,
+                "too many Events waiting to be published; this one is dropped"
+            );
         }
+    }
+}
+
+/// What sends the Events: the `Recorder` for warnings, a plain create for the others.
+struct Publisher {
+    client: Client,
+    instance: String,
+    recorder: Recorder,
+}
+
+impl Publisher {
+    async fn publish(&self, event: &Event, reference: &ObjectReference) -> Result<(), kube::Error> {
+        if event.type_ == EventType::Warning {
+            return self.recorder.publish(event, reference).await;
+        }
+        let namespace = reference.namespace.clone().unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        let object = K8sEvent {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(format!(
+                    "{}.{:x}",
+                    reference.name.as_deref().unwrap_or("conclave"),
+                    now.as_nanosecond()
+                )),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference.clone()),
+            reporting_controller: Some("conclave".into()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some("Normal".into()),
+            ..K8sEvent::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map(drop)
+    }
+}
+
+/// Sends every queued Event, [`PUBLISHERS`] at a time, until the queue is closed and drained.
+async fn send_all(
+    publisher: Arc<Publisher>,
+    mut pending: mpsc::Receiver<Pending>,
+    timeout: Duration,
+) {
+    let slots = Arc::new(Semaphore::new(PUBLISHERS));
+    while let Some(Pending { event, reference }) = pending.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let publisher = Arc::clone(&publisher);
+        tokio::spawn(async move {
+            let reason = event.reason.as_str();
+            match tokio::time::timeout(timeout, publisher.publish(&event, &reference)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, reason, "publishing an Event failed"),
+                Err(_) => {
+                    tracing::warn!(?timeout, reason, "publishing an Event timed out");
+                }
+            }
+            drop(slot);
+        });
     }
 }

@@ -129,7 +129,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
             namespaces: Vec::new(),
-            workers: 4,
+            workers: 16,
             ack_window: Duration::from_secs(5),
             candidate_gc_after: Duration::from_secs(30 * 60),
             lease_duration_seconds: 5,

@@ -126,7 +126,7 @@ async fn step(
     };
     let election = match plan {
         Plan::Skip(skip) => {
-            report_skip(ctx, key, lease_obj, skip.reason).await;
+            report_skip(ctx, key, lease_obj, skip.reason);
             return Ok((next_at(skip.recheck_at), Progress::Settled));
         }
         Plan::Decide(election) => election,
@@ -147,14 +147,12 @@ async fn step(
                 })
                 .inc();
             tracing::warn!(%strategy, kind = error.kind.label(), %error, "plugin error; Lease left as it is");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::PluginError,
-                    format!("strategy {strategy:?} failed ({}): {error}", error.kind),
-                )
-                .await;
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::PluginError,
+                format!("strategy {strategy:?} failed ({}): {error}", error.kind),
+            );
             return Err(StepError::Retry);
         }
     };
@@ -229,7 +227,7 @@ async fn probe_holder(
 
 /// Reports a step that wrote nothing without asking the strategy: the managed and blocked
 /// gauges, and for a conflict or an unknown strategy a metric, a warning and an Event.
-async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason: SkipReason) {
+fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason: SkipReason) {
     ctx.set_conflicted(key, matches!(reason, SkipReason::Conflict(_)));
     if let Some(managed) = reason.managed() {
         ctx.set_managed(key, managed);
@@ -239,14 +237,12 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
         SkipReason::Conflict(conflict) => {
             ctx.metrics.conflicts.inc();
             tracing::warn!(%conflict, "strategy conflict; nothing written");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::StrategyConflict,
-                    conflict.to_string(),
-                )
-                .await;
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::StrategyConflict,
+                conflict.to_string(),
+            );
         }
         SkipReason::NotHandled { strategy } => {
             tracing::debug!(%strategy, "left to kube-apiserver's built-in controller");
@@ -255,17 +251,15 @@ async fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, r
             ctx.metrics
                 .election(&strategy, ElectionOutcome::UnknownStrategy);
             tracing::warn!(%strategy, "no plugin implements the strategy; nothing written");
-            ctx.events
-                .publish(
-                    lease_obj,
-                    key,
-                    EventReason::UnknownStrategy,
-                    format!(
-                        "no loaded plugin implements strategy {strategy:?}; add one with \
+            ctx.events.publish(
+                lease_obj,
+                key,
+                EventReason::UnknownStrategy,
+                format!(
+                    "no loaded plugin implements strategy {strategy:?}; add one with \
                          --plugins or fix spec.strategy"
-                    ),
-                )
-                .await;
+                ),
+            );
         }
         SkipReason::AllUnresponsive { .. } => {
             tracing::debug!("every candidate is unresponsive; waiting for one to renew");
@@ -329,9 +323,7 @@ async fn write_lease(
                 ),
             };
             tracing::info!(%winner, %strategy, write = kind.label(), "Lease written");
-            ctx.events
-                .publish(Some(&written), key, reason, message)
-                .await;
+            ctx.events.publish(Some(&written), key, reason, message);
             let record = lease_record(&written);
             Ok((
                 next_at(plan::recheck_at(Some(&record), now, ctx.config.ack_window)),

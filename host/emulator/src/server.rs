@@ -42,7 +42,12 @@ pub(crate) struct AppState {
 type Params = HashMap<String, String>;
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
-    let mut resp = (code, body.to_string()).into_response();
+    json_text_response(code, body.to_string())
+}
+
+/// A response with a body already serialised as JSON.
+fn json_text_response(code: StatusCode, body: String) -> Response {
+    let mut resp = (code, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -517,11 +522,16 @@ impl Handler<'_> {
             limit,
             self.param("continue"),
         )?;
-        let body = match self.table() {
-            Some(include) => table::list_table(self.target.res, &list, include),
-            None => list,
-        };
-        Ok(json_response(StatusCode::OK, &body))
+        Ok(match self.table() {
+            Some(include) => json_response(
+                StatusCode::OK,
+                &table::list_table(self.target.res, &list.to_value(), include),
+            ),
+            None => json_text_response(
+                StatusCode::OK,
+                serde_json::to_string(&list).unwrap_or_default(),
+            ),
+        })
     }
 
     async fn get(&self) -> Result<Response, ApiError> {

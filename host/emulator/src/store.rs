@@ -6,6 +6,7 @@ use crate::objects::{self, meta_mut, meta_str};
 use crate::resources::{NAMESPACES, RESOURCES, ResourceInfo};
 use crate::selector::Filter;
 use crate::status::ApiError;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -83,6 +84,61 @@ pub(crate) struct Subscription {
     pub live: broadcast::Receiver<Arc<Event>>,
     /// The store's resourceVersion when the watch subscribed.
     pub rv: u64,
+}
+
+/// One page of a list: the stored objects themselves (shared with the store, never modified)
+/// and the list's metadata. It serialises as kube-apiserver lists: each item without its
+/// apiVersion and kind.
+pub(crate) struct ListPage {
+    kind: String,
+    api_version: String,
+    metadata: Value,
+    items: Vec<Arc<Value>>,
+}
+
+impl ListPage {
+    /// The page as a JSON value (a copy of every item), for the forms that rework it (Table).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for ListPage {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("apiVersion", &self.api_version)?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        map.serialize_entry("items", &ListItems(&self.items))?;
+        map.end()
+    }
+}
+
+/// The items of a [`ListPage`].
+struct ListItems<'a>(&'a [Arc<Value>]);
+
+impl Serialize for ListItems<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|o| ListItem(o)))
+    }
+}
+
+/// One listed object, serialised without its apiVersion and kind.
+struct ListItem<'a>(&'a Value);
+
+impl Serialize for ListItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(fields) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in fields {
+            if name != "apiVersion" && name != "kind" {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// Whether a write is stored, or only checked and answered as kube-apiserver answers a request
@@ -258,7 +314,9 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
     }
 
-    /// Lists objects (all namespaces when `ns` is None), with selectors and paging.
+    /// Lists objects (all namespaces when `ns` is None), with selectors and paging. Under the
+    /// store's lock it only selects the objects (sharing them, not copying them); the page is
+    /// serialised after, so a list of thousands of objects does not hold up every write.
     pub fn list(
         &self,
         res: usize,
@@ -266,7 +324,7 @@ impl Store {
         filter: &Filter,
         limit: Option<usize>,
         continue_token: Option<&str>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ListPage, ApiError> {
         let info = &RESOURCES[res];
         let st = self.lock();
         let (list_rv, start) = match continue_token.filter(|t| !t.is_empty()) {
@@ -302,7 +360,7 @@ impl Store {
                 if next.is_none() {
                     let (last_ns, last_name): (String, String) = items
                         .last()
-                        .map(|o: &Value| {
+                        .map(|o: &Arc<Value>| {
                             (
                                 meta_str(o, "namespace").to_string(),
                                 meta_str(o, "name").to_string(),
@@ -314,13 +372,9 @@ impl Store {
                 remaining += 1;
                 continue;
             }
-            let mut item = Value::clone(obj);
-            if let Some(m) = item.as_object_mut() {
-                m.remove("apiVersion");
-                m.remove("kind");
-            }
-            items.push(item);
+            items.push(Arc::clone(obj));
         }
+        drop(st);
         let mut metadata = json!({ "resourceVersion": list_rv.to_string() });
         if let Some(token) = next {
             metadata["continue"] = json!(token);
@@ -328,12 +382,12 @@ impl Store {
                 metadata["remainingItemCount"] = json!(remaining);
             }
         }
-        Ok(json!({
-            "kind": format!("{}List", info.kind),
-            "apiVersion": info.api_version(),
-            "metadata": metadata,
-            "items": items,
-        }))
+        Ok(ListPage {
+            kind: format!("{}List", info.kind),
+            api_version: info.api_version(),
+            metadata,
+            items,
+        })
     }
 
     /// Creates an object (already normalised). `name` comes from the body or generateName.
@@ -813,5 +867,50 @@ impl Store {
     /// Whether a namespace exists.
     pub fn namespace_exists(&self, ns: &str) -> bool {
         self.lock().objects.contains_key(&key(NAMESPACES, "", ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::LEASES;
+
+    fn lease(name: &str) -> Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": { "name": name },
+            "spec": { "holderIdentity": "h" },
+        })
+    }
+
+    #[test]
+    fn a_list_serialises_its_items_without_kind_and_leaves_the_stored_objects_whole() {
+        let store = Store::new(100);
+        for name in ["a", "b", "c"] {
+            store
+                .create(LEASES, "default", lease(name), "test", Commit::Persist)
+                .unwrap();
+        }
+        let page = store
+            .list(LEASES, Some("default"), &Filter::default(), Some(2), None)
+            .unwrap();
+        let listed: Value = serde_json::from_str(&serde_json::to_string(&page).unwrap()).unwrap();
+        assert_eq!(page.to_value(), listed);
+        assert_eq!(listed["kind"], "LeaseList");
+        assert_eq!(listed["apiVersion"], "coordination.k8s.io/v1");
+        assert_eq!(listed["metadata"]["remainingItemCount"], 1);
+        assert!(listed["metadata"]["continue"].is_string());
+        let items = listed["items"].as_array().unwrap();
+        let names: Vec<&str> = items.iter().map(|o| meta_str(o, "name")).collect();
+        assert_eq!(names, ["a", "b"]);
+        for item in items {
+            assert!(item.get("kind").is_none() && item.get("apiVersion").is_none());
+            assert_eq!(item["spec"]["holderIdentity"], "h");
+            assert!(item["metadata"]["resourceVersion"].is_string());
+        }
+        let stored = store.get(LEASES, "default", "a").unwrap();
+        assert_eq!(stored["kind"], "Lease");
+        assert_eq!(stored["apiVersion"], "coordination.k8s.io/v1");
     }
 }
