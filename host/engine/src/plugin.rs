@@ -368,7 +368,10 @@ impl Plugin {
             plugin: label.to_string(),
             source: Box::new(classify(&label, error, &store, info.limits.time, true)),
         })?;
-        pre.check_elect_type(&mut store)
+        // A store of its own: the check instantiates the plugin once more, and an interpreter's
+        // core instances counted twice would pass the per-store instance limit.
+        let mut check_store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
+        pre.check_elect_type(&mut check_store)
             .map_err(|source| LoadError::Link {
                 plugin: label.to_string(),
                 what: "its elect export does not have the type of its contract version".to_owned(),
