@@ -35,6 +35,12 @@ pub struct LeaseRecord {
     /// counts from the later of this and `renewTime`, so a holder whose clock runs behind is not
     /// replaced before its Lease has expired by the controller's clock (client-go's rule).
     pub observed_renewal: Option<Timestamp>,
+    /// Who released the Lease, when this controller watched its holder clear `holderIdentity`
+    /// (KEP-5366 release, or a shutdown); `None` while the Lease has a holder or when nobody was
+    /// seen releasing it. Until that instance shows it is alive after its release, it is pinged
+    /// before it is elected again ([`LeaseRecord::released`]): the instance that just let go is
+    /// often stopping, and the deletion of its LeaseCandidate may not have been watched yet.
+    pub released_by: Option<String>,
 }
 
 /// The annotation Conclave puts on Leases it creates.
@@ -42,6 +48,18 @@ pub const ELECTED_BY_ANNOTATION: &str = "coordination.conclave.dev/elected-by";
 
 /// The value of [`ELECTED_BY_ANNOTATION`].
 pub const ELECTED_BY_VALUE: &str = "conclave";
+
+/// A watched release of a Lease ([`LeaseRecord::released`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release<'a> {
+    /// The identity that held the Lease and released it.
+    pub by: &'a str,
+    /// The released Lease's `renewTime`: the moment of release by the releasing instance's clock,
+    /// which also stamps its LeaseCandidate's `renewTime`.
+    pub at: Timestamp,
+    /// When this controller watched the release arrive, by the clock that stamps its pings.
+    pub seen_at: Timestamp,
+}
 
 fn non_empty(value: Option<&String>) -> Option<&str> {
     value.map(String::as_str).filter(|s| !s.is_empty())
@@ -90,6 +108,20 @@ impl LeaseRecord {
     #[must_use]
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_none_or(|at| at < now)
+    }
+
+    /// The release this record shows, if this controller watched it: who released the Lease,
+    /// when by that instance's clock, and when the controller saw it by its own.
+    #[must_use]
+    pub fn released(&self) -> Option<Release<'_>> {
+        if self.holder().is_some() {
+            return None;
+        }
+        Some(Release {
+            by: non_empty(self.released_by.as_ref())?,
+            at: self.renew_time?,
+            seen_at: self.observed_renewal?,
+        })
     }
 
     /// Whether anyone may be elected into the Lease at once: it is expired or has no holder.

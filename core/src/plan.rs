@@ -14,7 +14,7 @@
 //!
 //! Every function takes `now` as an input; nothing here reads a clock.
 
-use crate::lease::LeaseRecord;
+use crate::lease::{LeaseRecord, Release};
 use crate::request::CandidateView;
 use crate::strategy::is_third_party;
 use crate::time::Timestamp;
@@ -42,14 +42,35 @@ pub enum Liveness {
 /// candidates left out as in PR #138071).
 #[must_use]
 pub fn liveness(candidate: &CandidateView, now: Timestamp, ack_window: Duration) -> Liveness {
+    liveness_since(candidate, now, ack_window, None)
+}
+
+/// [`liveness`] of a candidate that may have released the Lease: when `release` names it, only a
+/// renewal after the release (by its own clock, the clock of the release) makes it fresh, and
+/// only a ping sent after this controller watched the release (by the controller's clock, the
+/// clock of pings) counts as outstanding. An instance that lets its Lease go is usually stopping,
+/// and the deletion of its LeaseCandidate can reach the controller after the release: without a
+/// sign of life since, electing it again would hand the Lease to a leaver until the Lease expires.
+#[must_use]
+pub fn liveness_since(
+    candidate: &CandidateView,
+    now: Timestamp,
+    ack_window: Duration,
+    release: Option<Release<'_>>,
+) -> Liveness {
+    let release = release.filter(|r| r.by == candidate.name);
     if candidate
         .renew_time
+        .filter(|renew| release.is_none_or(|r| *renew > r.at))
         .is_some_and(|renew| renew + ack_window > now)
     {
         return Liveness::Fresh;
     }
     match candidate.ping_time {
-        Some(ping) if candidate.renew_time.is_none_or(|renew| renew < ping) => {
+        Some(ping)
+            if release.is_none_or(|r| ping >= r.seen_at)
+                && candidate.renew_time.is_none_or(|renew| renew < ping) =>
+        {
             let until = ping + ack_window;
             if until > now {
                 Liveness::Pending { until }
@@ -89,6 +110,34 @@ pub fn considered(
         .collect()
 }
 
+/// Takes the instance that released the Lease out of `pool` while it has not shown life since
+/// its release ([`liveness_since`]) and someone else can lead. A leaver (kube-scheduler on
+/// SIGTERM, whose LeaseCandidate stays behind; a stopping replica whose candidate deletion is
+/// still on its way) is then not elected, and the next best leads at once instead of an ack
+/// window later. Returns its name when it needs a ping: if it lives, its ack brings it back into
+/// the pool, and a pre-emption gives it the Lease if it is the best. Alone, it stays in the pool
+/// and [`plan_pings`] asks it first.
+pub fn set_aside_releaser(
+    pool: &mut Vec<CandidateView>,
+    release: Option<Release<'_>>,
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<String> {
+    let release = release?;
+    let at = pool.iter().position(|c| c.name == release.by)?;
+    if pool.len() < 2 {
+        return None;
+    }
+    match liveness_since(&pool[at], now, ack_window, Some(release)) {
+        Liveness::Fresh => None,
+        Liveness::Stale => Some(pool.remove(at).name),
+        Liveness::Pending { .. } | Liveness::Unresponsive => {
+            pool.remove(at);
+            None
+        }
+    }
+}
+
 /// What to do about pings before electing `best`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PingPlan {
@@ -114,24 +163,27 @@ pub enum PingPlan {
 /// ping first. Every candidate that is not fresh and has no outstanding ping is pinged in the same
 /// step, so that when the window closes all acks are in.
 ///
-/// A `best` that is not among `candidates` is treated as not fresh.
+/// A `best` that is not among `candidates` is treated as not fresh. The instance that `release`
+/// names must show it is alive since its release ([`liveness_since`]).
 #[must_use]
 pub fn plan_pings(
     candidates: &[CandidateView],
     best: &str,
     now: Timestamp,
     ack_window: Duration,
+    release: Option<Release<'_>>,
 ) -> PingPlan {
+    let alive = |c: &CandidateView| liveness_since(c, now, ack_window, release);
     let best_liveness = candidates
         .iter()
         .find(|c| c.name == best)
-        .map_or(Liveness::Stale, |c| liveness(c, now, ack_window));
+        .map_or(Liveness::Stale, alive);
     if best_liveness == Liveness::Fresh {
         return PingPlan::Elect;
     }
     let mut to_ping: Vec<String> = candidates
         .iter()
-        .filter(|c| liveness(c, now, ack_window) == Liveness::Stale)
+        .filter(|c| alive(c) == Liveness::Stale)
         .map(|c| c.name.clone())
         .collect();
     to_ping.sort();
@@ -429,6 +481,125 @@ mod tests {
         }
     }
 
+    /// The instance that released the Lease at 97 (watched at 98) counts as fresh only by a renewal
+    /// after 97, and as pinged only by a ping from 98 on; everyone else by the plain rules.
+    #[test]
+    fn a_releaser_must_show_life_after_its_release() {
+        let now = at(100);
+        let release = Release {
+            by: "leaver",
+            at: at(97),
+            seen_at: at(98),
+        };
+        let table = [
+            (
+                "renewed before its release: ping it",
+                candidate("leaver", Some(96), None),
+                Liveness::Stale,
+            ),
+            (
+                "renewed at the instant of its release: ping it",
+                candidate("leaver", Some(97), None),
+                Liveness::Stale,
+            ),
+            (
+                "renewed after its release",
+                candidate("leaver", Some(99), None),
+                Liveness::Fresh,
+            ),
+            (
+                "pinged before the release was seen: ping it again",
+                candidate("leaver", Some(90), Some(96)),
+                Liveness::Stale,
+            ),
+            (
+                "pinged since the release",
+                candidate("leaver", Some(96), Some(99)),
+                Liveness::Pending { until: at(104) },
+            ),
+            (
+                "acked a ping sent since the release",
+                candidate("leaver", Some(99), Some(98)),
+                Liveness::Fresh,
+            ),
+            (
+                "someone else is judged as always",
+                candidate("other", Some(96), None),
+                Liveness::Fresh,
+            ),
+        ];
+        for (case, c, want) in table {
+            assert_eq!(
+                liveness_since(&c, now, WINDOW, Some(release)),
+                want,
+                "{case}"
+            );
+        }
+        let cands = [
+            candidate("leaver", Some(96), None),
+            candidate("other", Some(96), None),
+        ];
+        assert_eq!(
+            plan_pings(&cands, "leaver", now, WINDOW, Some(release)),
+            PingPlan::Ping {
+                candidates: vec!["leaver".into()],
+                recheck_at: at(105),
+            },
+            "the releaser is pinged before it is elected again"
+        );
+        assert_eq!(
+            plan_pings(&cands, "other", now, WINDOW, Some(release)),
+            PingPlan::Elect,
+            "a fresh successor is elected at once"
+        );
+    }
+
+    #[test]
+    fn a_releaser_without_a_sign_of_life_is_set_aside_while_someone_else_can_lead() {
+        let now = at(100);
+        let release = Release {
+            by: "leaver",
+            at: at(97),
+            seen_at: at(98),
+        };
+        let names =
+            |pool: &[CandidateView]| pool.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let aside = |leaver: CandidateView, others: &[CandidateView]| {
+            let mut pool = vec![leaver];
+            pool.extend_from_slice(others);
+            let ping = set_aside_releaser(&mut pool, Some(release), now, WINDOW);
+            (names(&pool), ping)
+        };
+        let other = [candidate("other", Some(99), None)];
+        assert_eq!(
+            aside(candidate("leaver", Some(96), None), &other),
+            (vec![String::from("other")], Some(String::from("leaver"))),
+            "renewed only before its release: set aside and pinged"
+        );
+        assert_eq!(
+            aside(candidate("leaver", Some(96), Some(99)), &other),
+            (vec![String::from("other")], None),
+            "pinged since its release, no answer yet: set aside, not pinged twice"
+        );
+        assert_eq!(
+            aside(candidate("leaver", Some(99), None), &other),
+            (vec![String::from("leaver"), String::from("other")], None),
+            "renewed since its release: it counts"
+        );
+        assert_eq!(
+            aside(candidate("leaver", Some(96), None), &[]),
+            (vec![String::from("leaver")], None),
+            "alone: kept, for plan_pings to ask"
+        );
+        let mut pool = vec![candidate("leaver", Some(96), None), other[0].clone()];
+        assert_eq!(
+            set_aside_releaser(&mut pool, None, now, WINDOW),
+            None,
+            "no release watched: nothing set aside"
+        );
+        assert_eq!(pool.len(), 2);
+    }
+
     #[test]
     fn candidate_expiry() {
         let expiry = Duration::from_secs(1800);
@@ -530,7 +701,7 @@ mod tests {
             ),
         ];
         for (case, cands, best, want) in table {
-            assert_eq!(plan_pings(&cands, best, now, WINDOW), want, "{case}");
+            assert_eq!(plan_pings(&cands, best, now, WINDOW, None), want, "{case}");
         }
     }
 
@@ -548,6 +719,7 @@ mod tests {
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
+            released_by: None,
         }
     }
 

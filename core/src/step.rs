@@ -18,7 +18,7 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, candidate_expired, considered, plan_pings, plan_writes,
-    probe_holder, recheck_at,
+    probe_holder, recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -204,6 +204,7 @@ pub struct Election {
     candidate_names: Vec<String>,
     ack_window: Duration,
     lease_duration_seconds: i32,
+    releaser_to_ping: Option<String>,
 }
 
 /// The second phase of a step: what the strategy's answer means for the Lease.
@@ -250,7 +251,10 @@ pub enum Outcome {
         /// The best candidate.
         winner: String,
         /// The write.
-        write: LeaseWrite,
+        write: Box<LeaseWrite>,
+        /// The instance that released the Lease, set aside because it showed no life since
+        /// ([`set_aside_releaser`]): ping it along with the write, so that a live one comes back.
+        also_ping: Option<String>,
     },
 }
 
@@ -271,8 +275,9 @@ impl Outcome {
 ///   with different strategies: [`SkipReason::Conflict`];
 /// - a strategy the mode leaves to the built-in controller: [`SkipReason::NotHandled`];
 /// - a strategy no plugin implements: [`SkipReason::UnknownStrategy`];
-/// - candidates pinged and never acked are left out ([`considered`]); none left:
-///   [`SkipReason::AllUnresponsive`];
+/// - candidates pinged and never acked are left out ([`considered`]), and so is the instance that
+///   released the Lease while it shows no life since and someone else can lead
+///   ([`set_aside_releaser`]); none left: [`SkipReason::AllUnresponsive`];
 /// - otherwise the strategy is asked to choose among the rest.
 ///
 /// The result does not depend on the order of `input.candidates`.
@@ -316,7 +321,13 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     {
         return skip(SkipReason::Settling { strategy }, Some(settled));
     }
-    let pool = considered(&candidates, now, config.ack_window);
+    let mut pool = considered(&candidates, now, config.ack_window);
+    let releaser_to_ping = set_aside_releaser(
+        &mut pool,
+        input.lease.and_then(LeaseRecord::released),
+        now,
+        config.ack_window,
+    );
     if pool.is_empty() {
         return skip(
             SkipReason::AllUnresponsive { strategy },
@@ -344,6 +355,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
         candidate_names: candidates.into_iter().map(|c| c.name).collect(),
         ack_window: config.ack_window,
         lease_duration_seconds: config.lease_duration_seconds,
+        releaser_to_ping,
     }))
 }
 
@@ -418,19 +430,31 @@ impl Election {
                     .map(Into::into),
             };
         };
-        match plan_pings(&self.request.candidates, winner, now, self.ack_window) {
+        let release = lease.and_then(LeaseRecord::released);
+        match plan_pings(
+            &self.request.candidates,
+            winner,
+            now,
+            self.ack_window,
+            release,
+        ) {
             PingPlan::Elect => Outcome::Write {
                 winner: winner.into(),
-                write,
+                write: Box::new(write),
+                also_ping: self.releaser_to_ping.clone(),
             },
             PingPlan::Ping {
-                candidates,
+                mut candidates,
                 recheck_at,
-            } => Outcome::Ping {
-                winner: winner.into(),
-                candidates,
-                recheck_at,
-            },
+            } => {
+                candidates.extend(self.releaser_to_ping.iter().cloned());
+                candidates.sort();
+                Outcome::Ping {
+                    winner: winner.into(),
+                    candidates,
+                    recheck_at,
+                }
+            }
             PingPlan::Wait { recheck_at } => Outcome::Wait {
                 winner: winner.into(),
                 recheck_at,
@@ -503,6 +527,16 @@ mod tests {
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
+            released_by: None,
+        }
+    }
+
+    /// `released`, as this controller watched `by` release it (at its `renewTime`).
+    fn released_by(released: &LeaseRecord, by: &str) -> LeaseRecord {
+        LeaseRecord {
+            released_by: Some(by.into()),
+            observed_renewal: released.renew_time,
+            ..released.clone()
         }
     }
 
@@ -588,10 +622,13 @@ mod tests {
             Outcome::Unchanged { .. } => "unchanged".into(),
             Outcome::Ping { candidates, .. } => format!("ping {}", candidates.join(",")),
             Outcome::Wait { .. } => "wait".into(),
-            Outcome::Write { write, .. } => {
+            Outcome::Write {
+                write, also_ping, ..
+            } => {
                 let d = write.desired;
+                let ping = also_ping.map(|p| format!(" ping={p}")).unwrap_or_default();
                 format!(
-                    "{} holder={} preferred={} strategy={}",
+                    "{} holder={} preferred={} strategy={}{ping}",
                     write.kind.label(),
                     d.holder().unwrap_or("-"),
                     d.preferred().unwrap_or("-"),
@@ -628,6 +665,27 @@ mod tests {
                 "released (empty holder): take over",
                 Some(lease(Some(""), NOW - 1, None)),
                 vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "released by a, which showed no life since: b takes over, a is pinged",
+                Some(released_by(&lease(Some(""), NOW - 1, None), "a")),
+                vec![fresh("a"), fresh("b")],
+                Some("b"),
+                "take_over holder=b preferred=- strategy=OldestEmulationVersion ping=a",
+            ),
+            (
+                "released by a, alone: its renewal before the release does not count; ping it",
+                Some(released_by(&lease(Some(""), NOW - 1, None), "a")),
+                vec![fresh("a")],
+                Some("a"),
+                "ping a",
+            ),
+            (
+                "released by b, which renewed since: it counts, nothing to ping",
+                Some(released_by(&lease(Some(""), NOW - 1, None), "b")),
+                vec![fresh("a"), cand("b", OEV, Some(NOW), None)],
                 Some("a"),
                 "take_over holder=a preferred=- strategy=OldestEmulationVersion",
             ),
@@ -971,7 +1029,7 @@ mod tests {
             oldest("a", NOW - 100, Some(NOW + 9)),
             cand("b", OEV, Some(NOW + 16), Some(NOW + 16)),
         ];
-        let Outcome::Write { winner, write } = step(&acked, NOW + 16) else {
+        let Outcome::Write { winner, write, .. } = step(&acked, NOW + 16) else {
             panic!("a write");
         };
         assert_eq!((winner.as_str(), write.kind), ("b", WriteKind::TakeOver));
@@ -985,7 +1043,7 @@ mod tests {
         else {
             panic!("an election");
         };
-        let Outcome::Write { winner, write } = election.apply_answer(Some("a")) else {
+        let Outcome::Write { winner, write, .. } = election.apply_answer(Some("a")) else {
             panic!("a write");
         };
         assert_eq!(winner, "a");

@@ -9,7 +9,6 @@ use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
 use conclave_core::lease::LeaseRecord;
-use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -114,11 +113,10 @@ impl Caches {
         }
     }
 
-    /// When this controller watched the renewal `record` carries arrive (see
-    /// [`index::Renewals`]).
-    #[must_use]
-    pub fn observed_renewal(&self, key: &LeaseKey, record: &LeaseRecord) -> Option<Timestamp> {
-        self.renewals.seen_at(key, record)
+    /// Fills in what this controller watched of the renewal `record` carries (see
+    /// [`index::Renewals::annotate`]).
+    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
+        self.renewals.annotate(key, record);
     }
 
     /// Waits until every store has completed its first list.

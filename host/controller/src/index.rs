@@ -80,56 +80,106 @@ pub async fn leases<S>(
 }
 
 /// When this controller watched each Lease's current renewal (holder and `renewTime`) arrive, by
-/// its own clock: what `LeaseRecord::observed_renewal` is filled from, so that expiry is judged
-/// from the moment of observation as client-go does, not only from the holder's timestamps.
+/// its own clock, and who released it when that renewal is a release: what
+/// `LeaseRecord::observed_renewal` and `LeaseRecord::released_by` are filled from. Expiry is judged
+/// from the moment of observation as client-go does, not only from the holder's timestamps; a
+/// releaser must show it lives before it is elected again (`conclave_core::plan::liveness_since`).
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
 
-/// One Lease's current renewal and when it was watched arriving (`None`: listed, not watched).
+/// One Lease's current renewal, when it was watched arriving (`None`: listed, not watched), its
+/// latest `preferredHolder`, and the holder whose watched write cleared `holderIdentity` unasked
+/// (`None`: held, asked to step down, or release not watched).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Renewal {
     holder: Option<String>,
     renew_time: Option<Timestamp>,
     seen_at: Option<Timestamp>,
+    preferred: Option<String>,
+    released_by: Option<String>,
+}
+
+impl Renewal {
+    fn is(&self, holder: Option<&str>, renew_time: Option<Timestamp>) -> bool {
+        self.holder.as_deref() == holder && self.renew_time == renew_time
+    }
+
+    /// Who released the Lease unasked if the next renewal clears the holder: this renewal's
+    /// holder unless a `preferredHolder` named someone else; for a Lease already free, whoever
+    /// released it before.
+    fn releaser(&self) -> Option<String> {
+        match named(self.holder.as_deref()) {
+            Some(holder) if named(self.preferred.as_deref()).is_none_or(|p| p == holder) => {
+                Some(holder.to_owned())
+            }
+            Some(_) => None,
+            None => self.released_by.clone(),
+        }
+    }
+}
+
+/// A holder identity, with absent and empty alike.
+fn named(holder: Option<&str>) -> Option<&str> {
+    holder.filter(|h| !h.is_empty())
 }
 
 impl Renewals {
     /// A watch event delivered `lease` at `now`: a new renewal is timed now; any other change
-    /// (a `preferredHolder`, a strategy) keeps the time of the renewal it carries.
+    /// (a `preferredHolder`, a strategy) keeps the time of the renewal it carries. A renewal that
+    /// clears the holder records who held the Lease before it, unless a `preferredHolder` had
+    /// asked that holder to step down (a pre-empted instance stays a follower, KEP-5366, and the
+    /// one it made way for is elected anyway).
     pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
         let (holder, renew_time) = Self::renewal_of(lease);
+        let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
         let mut renewals = lock(&self.0);
-        let renewal = renewals.entry(key.clone()).or_insert_with(|| Renewal {
-            holder: None,
-            renew_time: None,
-            seen_at: None,
-        });
-        if renewal.holder != holder || renewal.renew_time != renew_time {
-            *renewal = Renewal {
+        if let Some(same) = renewals
+            .get_mut(key)
+            .filter(|r| r.is(holder.as_deref(), renew_time))
+        {
+            same.preferred = preferred;
+            return;
+        }
+        let released_by = match named(holder.as_deref()) {
+            Some(_) => None,
+            None => renewals.get(key).and_then(Renewal::releaser),
+        };
+        renewals.insert(
+            key.clone(),
+            Renewal {
                 holder,
                 renew_time,
                 seen_at: Some(now),
-            };
-        }
+                preferred,
+                released_by,
+            },
+        );
     }
 
-    /// A relist delivered `lease`: a renewal already watched keeps its time, a new one gets none
-    /// (it arrived while the watch was down, at an unknown moment).
+    /// A relist delivered `lease`: a renewal already watched keeps its time and releaser, a new one
+    /// gets neither (it arrived while the watch was down, at an unknown moment, from an unknown
+    /// writer).
     pub fn listed(&self, key: &LeaseKey, lease: &Lease) {
         let (holder, renew_time) = Self::renewal_of(lease);
         let mut renewals = lock(&self.0);
         let known = renewals
             .get(key)
-            .is_some_and(|r| r.holder == holder && r.renew_time == renew_time);
-        if !known {
-            renewals.insert(
-                key.clone(),
-                Renewal {
-                    holder,
-                    renew_time,
-                    seen_at: None,
-                },
-            );
+            .is_some_and(|r| r.is(holder.as_deref(), renew_time));
+        let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
+        match renewals.get_mut(key) {
+            Some(renewal) if known => renewal.preferred = preferred,
+            _ => {
+                renewals.insert(
+                    key.clone(),
+                    Renewal {
+                        holder,
+                        renew_time,
+                        seen_at: None,
+                        preferred,
+                        released_by: None,
+                    },
+                );
+            }
         }
     }
 
@@ -138,16 +188,21 @@ impl Renewals {
         lock(&self.0).remove(key);
     }
 
-    /// When the renewal `record` carries was watched arriving; `None` if it was not, or if the
-    /// record is not the renewal last watched (a newer write of this controller's own).
-    #[must_use]
-    pub fn seen_at(&self, key: &LeaseKey, record: &LeaseRecord) -> Option<Timestamp> {
+    /// Fills in what this controller watched of the renewal `record` carries: when it arrived
+    /// (`observed_renewal`) and, for a release, who released it (`released_by`). Neither is known
+    /// when the record is not the renewal last watched (a newer write of this controller's own).
+    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
         let renewals = lock(&self.0);
-        let renewal = renewals.get(key)?;
-        (renewal.holder.as_deref() == record.holder_identity.as_deref()
-            && renewal.renew_time == record.renew_time)
-            .then_some(renewal.seen_at)
-            .flatten()
+        let Some(renewal) = renewals
+            .get(key)
+            .filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
+        else {
+            record.observed_renewal = None;
+            record.released_by = None;
+            return;
+        };
+        record.observed_renewal = renewal.seen_at;
+        record.released_by = renewal.released_by.clone();
     }
 
     fn renewal_of(lease: &Lease) -> (Option<String>, Option<Timestamp>) {
@@ -628,39 +683,85 @@ mod tests {
         lease
     }
 
+    /// `record` as this controller's watch annotates it: (observed renewal, releaser).
+    fn annotated(
+        renewals: &Renewals,
+        k: &LeaseKey,
+        lease: &Lease,
+    ) -> (Option<Timestamp>, Option<String>) {
+        let mut record = conclave_core::k8s::lease_record(lease);
+        renewals.annotate(k, &mut record);
+        (record.observed_renewal, record.released_by)
+    }
+
     #[test]
     fn a_watched_renewal_is_timed_when_it_arrives_and_other_changes_keep_that_time() {
         let renewals = Renewals::default();
         let k = key("ns", "a");
         let first = renewed(lease("ns", "a", "1"), "x", 50);
         renewals.listed(&k, &first);
-        let record = conclave_core::k8s::lease_record(&first);
-        assert_eq!(renewals.seen_at(&k, &record), None, "listed, not watched");
+        assert_eq!(
+            annotated(&renewals, &k, &first),
+            (None, None),
+            "listed, not watched"
+        );
 
         let second = renewed(lease("ns", "a", "2"), "x", 60);
         renewals.watched(&k, &second, Timestamp::from_secs(100));
-        let record = conclave_core::k8s::lease_record(&second);
-        assert_eq!(
-            renewals.seen_at(&k, &record),
-            Some(Timestamp::from_secs(100))
-        );
+        let at_100 = (Some(Timestamp::from_secs(100)), None);
+        assert_eq!(annotated(&renewals, &k, &second), at_100);
         // The controller sets preferredHolder: same renewal, same time.
         let mut preempted = renewed(lease("ns", "a", "3"), "x", 60);
         preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
         renewals.watched(&k, &preempted, Timestamp::from_secs(105));
-        assert_eq!(
-            renewals.seen_at(&k, &record),
-            Some(Timestamp::from_secs(100))
-        );
+        assert_eq!(annotated(&renewals, &k, &second), at_100);
         // A relist of the same renewal keeps it; a record of another renewal has no time.
         renewals.listed(&k, &preempted);
-        assert_eq!(
-            renewals.seen_at(&k, &record),
-            Some(Timestamp::from_secs(100))
-        );
-        let other = conclave_core::k8s::lease_record(&renewed(lease("ns", "a", "4"), "x", 70));
-        assert_eq!(renewals.seen_at(&k, &other), None);
+        assert_eq!(annotated(&renewals, &k, &second), at_100);
+        let other = renewed(lease("ns", "a", "4"), "x", 70);
+        assert_eq!(annotated(&renewals, &k, &other), (None, None));
         renewals.deleted(&k);
-        assert_eq!(renewals.seen_at(&k, &record), None);
+        assert_eq!(annotated(&renewals, &k, &second), (None, None));
+    }
+
+    /// The demo's failure in CI: the leaver's LeaseCandidate deletion arrived after its release,
+    /// and without knowing who released, the controller wrote the leaver back as holder.
+    #[test]
+    fn a_watched_release_names_the_holder_that_let_go_until_someone_holds_the_lease() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "1"), "x", 50),
+            Timestamp::from_secs(50),
+        );
+        let released = renewed(lease("ns", "a", "2"), "", 55);
+        renewals.watched(&k, &released, Timestamp::from_secs(56));
+        assert_eq!(
+            annotated(&renewals, &k, &released),
+            (Some(Timestamp::from_secs(56)), Some("x".into()))
+        );
+        // Another write that keeps it free (a strategy change, a second release) keeps the name.
+        let rewritten = renewed(lease("ns", "a", "3"), "", 57);
+        renewals.watched(&k, &rewritten, Timestamp::from_secs(58));
+        assert_eq!(annotated(&renewals, &k, &rewritten).1.as_deref(), Some("x"));
+        // Held again: nobody released it.
+        let taken = renewed(lease("ns", "a", "4"), "y", 59);
+        renewals.watched(&k, &taken, Timestamp::from_secs(59));
+        assert_eq!(annotated(&renewals, &k, &taken).1, None);
+        // Asked to step down for someone else, then released: not a leaver.
+        let mut asked = renewed(lease("ns", "a", "5"), "y", 59);
+        asked.spec.as_mut().unwrap().preferred_holder = Some("z".into());
+        renewals.watched(&k, &asked, Timestamp::from_secs(60));
+        let made_way = renewed(lease("ns", "a", "6"), "", 61);
+        renewals.watched(&k, &made_way, Timestamp::from_secs(61));
+        assert_eq!(
+            annotated(&renewals, &k, &made_way),
+            (Some(Timestamp::from_secs(61)), None)
+        );
+        // A release seen only in a relist has no known releaser.
+        let fresh = Renewals::default();
+        fresh.listed(&k, &released);
+        assert_eq!(annotated(&fresh, &k, &released), (None, None));
     }
 }

@@ -105,7 +105,7 @@ async fn step(
     let now = now();
     let lease = lease_obj.map(|lease| {
         let mut record = lease_record(lease);
-        record.observed_renewal = ctx.caches.observed_renewal(key, &record);
+        ctx.caches.annotate(key, &mut record);
         record
     });
     let candidates = valid_candidates(ctx, key);
@@ -185,7 +185,12 @@ async fn step(
                 .collect();
             if ctx
                 .writer
-                .ping_all(&objects, now, ctx.config.ack_window)
+                .ping_all(
+                    &objects,
+                    now,
+                    ctx.config.ack_window,
+                    election.lease().and_then(LeaseRecord::released),
+                )
                 .await
                 .is_err()
             {
@@ -197,10 +202,43 @@ async fn step(
             tracing::debug!(%winner, "waiting for acks");
             Ok((Next::At(recheck_at), Progress::Continues))
         }
-        Outcome::Write { winner, write } => {
+        Outcome::Write {
+            winner,
+            write,
+            also_ping,
+        } => {
+            if let Some(leaver) = also_ping {
+                ping_leaver(ctx, key, &election, &leaver, now).await?;
+            }
             write_lease(ctx, key, lease_obj, &election, &winner, &write, now).await
         }
     }
+}
+
+/// Pings the instance that released the Lease unasked and has shown no life since, before the
+/// next best is written (see `conclave_core::plan::set_aside_releaser`): a leaver stays silent
+/// and drops out of later elections; a live one answers and is elected again if it is the best.
+/// Pinged first, so that a failure leaves the Lease free for the next step instead of written
+/// with a leaver that still looks fresh.
+async fn ping_leaver(
+    ctx: &Context,
+    key: &LeaseKey,
+    election: &Election,
+    leaver: &str,
+    now: Timestamp,
+) -> Result<(), StepError> {
+    tracing::info!(%leaver, "the instance that released the Lease has shown no life since; pinging it and electing the next best");
+    let Some(object) = ctx
+        .caches
+        .candidate(&CandidateKey::new(&key.namespace, leaver))
+    else {
+        return Ok(());
+    };
+    let release = election.lease().and_then(LeaseRecord::released);
+    ctx.writer
+        .ping_all(&[object], now, ctx.config.ack_window, release)
+        .await
+        .map_err(|_| StepError::Retry)
 }
 
 /// Pings the LeaseCandidate of a holder that has missed its renewals, before its Lease expires
@@ -220,7 +258,7 @@ async fn probe_holder(
         return Ok(());
     };
     ctx.writer
-        .ping_all(&[object], now, ctx.config.ack_window)
+        .ping_all(&[object], now, ctx.config.ack_window, None)
         .await
         .map_err(|_| StepError::Retry)
 }

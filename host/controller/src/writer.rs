@@ -14,8 +14,8 @@ use super::key::{CandidateKey, LeaseKey};
 use super::leadership::Leadership;
 use super::metrics::{Metrics, Operation, WriteResult};
 use conclave_core::k8s::{candidate_view, micro_time};
-use conclave_core::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord};
-use conclave_core::plan::{Liveness, candidate_expired, liveness};
+use conclave_core::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord, Release};
+use conclave_core::plan::{Liveness, candidate_expired, liveness_since};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -161,18 +161,20 @@ impl Writer {
         }
     }
 
-    /// Pings every given candidate that needs it concurrently. Fails with the first failure of a
+    /// Pings every given candidate that needs it concurrently (the one `release` names needs one
+    /// unless it showed life since; see [`liveness_since`]). Fails with the first failure of a
     /// ping for a reason other than the candidate having changed or disappeared.
     pub async fn ping_all(
         &self,
         candidates: &[Arc<LeaseCandidate>],
         now: Timestamp,
         ack_window: Duration,
+        release: Option<Release<'_>>,
     ) -> Result<(), WriteError> {
         let results = futures::future::join_all(
             candidates
                 .iter()
-                .map(|candidate| self.ping(candidate, now, ack_window)),
+                .map(|candidate| self.ping(candidate, now, ack_window, release)),
         )
         .await;
         results.into_iter().collect()
@@ -186,6 +188,7 @@ impl Writer {
         cached: &LeaseCandidate,
         now: Timestamp,
         ack_window: Duration,
+        release: Option<Release<'_>>,
     ) -> Result<(), WriteError> {
         let Some(key) = CandidateKey::of(cached) else {
             return Ok(());
@@ -196,7 +199,9 @@ impl Writer {
             let Some(mut candidate) = current.take() else {
                 return Ok(());
             };
-            if liveness(&candidate_view(&candidate), now, ack_window) != Liveness::Stale {
+            if liveness_since(&candidate_view(&candidate), now, ack_window, release)
+                != Liveness::Stale
+            {
                 return Ok(());
             }
             let Some(spec) = candidate.spec.as_mut() else {
@@ -265,7 +270,8 @@ fn classify(error: kube::Error, operation: Operation) -> WriteError {
         kube::Error::Api(status)
             if status.is_conflict()
                 || status.is_already_exists()
-                || (operation == Operation::CandidateDelete && status.is_not_found()) =>
+                || (matches!(operation, Operation::CandidateDelete | Operation::Ping)
+                    && status.is_not_found()) =>
         {
             WriteError::Conflict
         }

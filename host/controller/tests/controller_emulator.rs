@@ -8,9 +8,9 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
 use conclave_testkit::{CandidateResponder, SeededSets, lease_candidate, oldest_emulation_winner};
 use controller_support::{
-    CoordinatedHolder, HolderAudit, HolderWrites, NS, Renewer, WAIT, candidate, config,
-    crash_the_best_leader, create_lease, emulator, failover_config, free_addr, http_get,
-    metric_sum, scrape, stale_candidate_pinged, start, wait_event, wait_lease,
+    CoordinatedHolder, HolderAudit, HolderWrites, LeaseWrites, NS, PingAnswerer, Renewer, WAIT,
+    candidate, config, crash_the_best_leader, create_lease, emulator, failover_config, free_addr,
+    http_get, metric_sum, scrape, stale_candidate_pinged, start, wait_event, wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -29,6 +29,23 @@ fn micro(at: jiff::Timestamp) -> MicroTime {
 
 fn ago(seconds: i64) -> MicroTime {
     micro(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds))
+}
+
+/// Releases Lease `name` as client-go does: empty holder, a one-second duration, renewed and
+/// acquired at the moment of release. Returns the released Lease and that moment.
+async fn release(leases: &Api<Lease>, name: &str) -> (Lease, jiff::Timestamp) {
+    let mut lease = leases.get(name).await.expect("the Lease to release");
+    let spec = lease.spec.as_mut().expect("a Lease spec");
+    let released_at = jiff::Timestamp::now();
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(micro(released_at));
+    spec.acquire_time = Some(micro(released_at));
+    let released = leases
+        .replace(name, &PostParams::default(), &lease)
+        .await
+        .expect("released");
+    (released, released_at)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -239,6 +256,70 @@ async fn released_and_deleted_leases_are_reassigned() {
     wait_lease(&leases, "l", "l re-created", |r| r.holder() == Some("a")).await;
 }
 
+/// A leader that releases its Lease on the way out while its LeaseCandidate outlives it, as
+/// kube-scheduler does on SIGTERM (client-go does not delete the candidate), or as the demo's
+/// stopping replica looked when the deletion of its candidate reached the controller after its
+/// release: the controller pings the leaver instead of writing it back, and elects the next best
+/// once the ping goes unanswered.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_that_released_its_lease_is_not_elected_again_without_a_sign_of_life() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let writes = LeaseWrites::start(leases.clone()).await;
+    let leaver = lease_candidate(NS, "leaver", "l", "1.30.0", Some("1.30.0"), OEV);
+    candidates
+        .create(&PostParams::default(), &leaver)
+        .await
+        .unwrap();
+    let answerer = PingAnswerer::start(candidates.clone(), "leaver");
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _stayer = candidate(&client, "stayer", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "leaver (the oldest) to hold l", |r| {
+        r.holder() == Some("leaver")
+    })
+    .await;
+
+    // Its last renewal, then its release; from then on nothing of it answers.
+    drop(answerer);
+    let mut renewed = candidates.get("leaver").await.unwrap();
+    renewed.spec.as_mut().unwrap().renew_time = Some(ago(0));
+    candidates
+        .replace("leaver", &PostParams::default(), &renewed)
+        .await
+        .unwrap();
+    let (released, released_at) = release(&leases, "l").await;
+
+    wait_lease(&leases, "l", "stayer to be elected", |r| {
+        r.holder() == Some("stayer")
+    })
+    .await;
+    let holders_after_release: Vec<Option<String>> = writes
+        .of("l")
+        .iter()
+        .skip_while(|w| {
+            Some(&w.record.resource_version) != released.metadata.resource_version.as_ref()
+        })
+        .map(|w| w.record.holder().map(str::to_owned))
+        .collect();
+    assert!(
+        !holders_after_release.is_empty()
+            && !holders_after_release.contains(&Some("leaver".into())),
+        "the leaver was written back: holders after its release {holders_after_release:?}"
+    );
+    let pinged = candidates
+        .get("leaver")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .ping_time;
+    assert!(
+        pinged.as_ref().is_some_and(|ping| ping.0 >= released_at),
+        "the leaver was pinged after its release ({pinged:?})"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_candidates_are_garbage_collected() {
     let (_emu, client) = emulator().await;
@@ -391,12 +472,7 @@ async fn watchers_recover_from_expired_watch_history() {
         r.holder() == Some("b")
     })
     .await;
-    let mut lease = leases.get("l").await.unwrap();
-    lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
-    leases
-        .replace("l", &PostParams::default(), &lease)
-        .await
-        .unwrap();
+    release(&leases, "l").await;
     wait_lease(&leases, "l", "l reassigned after the 410", |r| {
         r.holder() == Some("a")
     })
