@@ -115,6 +115,40 @@ impl Contract {
         }
     }
 
+    /// Calls `info()` on `instance`, an instance of this contract's plugin.
+    fn info(
+        &self,
+        store: &mut Store<CallState>,
+        instance: &wasmtime::component::Instance,
+    ) -> wasmtime::Result<ReportedInfo> {
+        match self {
+            Self::V0_3(_) => bindings::v0_3::Strategy::new(&mut *store, instance)?
+                .call_info(&mut *store)
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: Some(reads_v0_3(info.reads)),
+                }),
+            Self::V0_2(_) => bindings::v0_2::Strategy::new(&mut *store, instance)?
+                .call_info(&mut *store)
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: Some(reads_v0_2(info.reads)),
+                }),
+            Self::V0_1(_) => bindings::v0_1::Strategy::new(&mut *store, instance)?
+                .call_info(&mut *store)
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads: None,
+                }),
+        }
+    }
+
     fn version(&self) -> &'static str {
         match self {
             Self::V0_3(_) => "0.3.0",
@@ -163,14 +197,15 @@ impl StrategyPre {
             ticker: Arc::clone(&runtime.ticker),
         })
     }
-}
 
-impl StrategyPre {
-    /// Checks, once per plugin, that its `elect` export has exactly the type the host lowers the
-    /// request into and lifts the answer from for its contract version, so that
+    /// Checks, once per plugin, that the `elect` export of `instance` has exactly the type the
+    /// host lowers the request into and lifts the answer from for its contract version, so that
     /// [`elect_func`] can skip that check on every call.
-    fn check_elect_type(&self, store: &mut Store<CallState>) -> wasmtime::Result<()> {
-        let instance = self.contract.instance_pre().instantiate(&mut *store)?;
+    fn check_elect_type(
+        &self,
+        store: &mut Store<CallState>,
+        instance: &wasmtime::component::Instance,
+    ) -> wasmtime::Result<()> {
         match self.contract {
             Contract::V0_3(_) => instance
                 .get_typed_func::<_, _>(&mut *store, &self.elect)
@@ -334,49 +369,26 @@ impl Plugin {
     ) -> Result<Self, LoadError> {
         let label: Arc<str> = info.source.to_string().into();
         let mut store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
-        let reported = match &pre.contract {
-            Contract::V0_3(contract) => contract
-                .instantiate(&mut store)
-                .and_then(|instance| instance.call_info(&mut store))
-                .map(|info| ReportedInfo {
-                    strategies: info.strategies,
-                    description: info.description,
-                    version: info.version,
-                    reads: Some(reads_v0_3(info.reads)),
-                }),
-            Contract::V0_2(contract) => contract
-                .instantiate(&mut store)
-                .and_then(|instance| instance.call_info(&mut store))
-                .map(|info| ReportedInfo {
-                    strategies: info.strategies,
-                    description: info.description,
-                    version: info.version,
-                    reads: Some(reads_v0_2(info.reads)),
-                }),
-            Contract::V0_1(contract) => contract
-                .instantiate(&mut store)
-                .and_then(|instance| instance.call_info(&mut store))
-                .map(|info| ReportedInfo {
-                    strategies: info.strategies,
-                    description: info.description,
-                    version: info.version,
-                    reads: None,
-                }),
-        };
-        store.data_mut().flush_stdio();
-        let reported = reported.map_err(|error| LoadError::Info {
+        let info_error = |error, store: &Store<CallState>| LoadError::Info {
             plugin: label.to_string(),
-            source: Box::new(classify(&label, error, &store, info.limits.time, true)),
-        })?;
-        // A store of its own: the check instantiates the plugin once more, and an interpreter's
-        // core instances counted twice would pass the per-store instance limit.
-        let mut check_store = new_store(&pre, &label, "", Timestamp::default(), info.limits);
-        pre.check_elect_type(&mut check_store)
+            source: Box::new(classify(&label, error, store, info.limits.time, true)),
+        };
+        let instance = match pre.contract.instance_pre().instantiate(&mut store) {
+            Ok(instance) => instance,
+            Err(error) => {
+                store.data_mut().flush_stdio();
+                return Err(info_error(error, &store));
+            }
+        };
+        pre.check_elect_type(&mut store, &instance)
             .map_err(|source| LoadError::Link {
                 plugin: label.to_string(),
                 what: "its elect export does not have the type of its contract version".to_owned(),
                 source,
             })?;
+        let reported = pre.contract.info(&mut store, &instance);
+        store.data_mut().flush_stdio();
+        let reported = reported.map_err(|error| info_error(error, &store))?;
         let invalid = |reason: String| LoadError::InvalidInfo {
             plugin: label.to_string(),
             reason,
