@@ -35,11 +35,12 @@ pub struct LeaseRecord {
     /// counts from the later of this and `renewTime`, so a holder whose clock runs behind is not
     /// replaced before its Lease has expired by the controller's clock (client-go's rule).
     pub observed_renewal: Option<Timestamp>,
-    /// Who released the Lease, when this controller watched its holder clear `holderIdentity`
-    /// (KEP-5366 release, or a shutdown); `None` while the Lease has a holder or when nobody was
-    /// seen releasing it. Until that instance shows it is alive after its release, it is pinged
-    /// before it is elected again ([`LeaseRecord::released`]): the instance that just let go is
-    /// often stopping, and the deletion of its LeaseCandidate may not have been watched yet.
+    /// Who released the Lease unasked (no `preferredHolder` had named someone else), as this
+    /// controller watched its holder clear `holderIdentity`; `None` while the Lease has a holder,
+    /// after a release a pre-emption asked for, or when nobody was seen releasing it. The instance
+    /// that just let go is often stopping, and the deletion of its LeaseCandidate may not have been
+    /// watched yet: until it shows it is alive after its release ([`LeaseRecord::released`]), it
+    /// is pinged and not elected again while someone else can lead.
     pub released_by: Option<String>,
 }
 

@@ -162,12 +162,11 @@ impl Renewals {
     pub fn listed(&self, key: &LeaseKey, lease: &Lease) {
         let (holder, renew_time) = Self::renewal_of(lease);
         let mut renewals = lock(&self.0);
-        let known = renewals
-            .get(key)
-            .is_some_and(|r| r.is(holder.as_deref(), renew_time));
         let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
         match renewals.get_mut(key) {
-            Some(renewal) if known => renewal.preferred = preferred,
+            Some(renewal) if renewal.is(holder.as_deref(), renew_time) => {
+                renewal.preferred = preferred;
+            }
             _ => {
                 renewals.insert(
                     key.clone(),

@@ -9,7 +9,7 @@ use super::latency::Progress;
 use super::metrics::{ElectionOutcome, PluginErrorLabels, StrategyLabels};
 use super::writer::WriteError;
 use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candidate};
-use conclave_core::lease::LeaseRecord;
+use conclave_core::lease::{LeaseRecord, Release};
 use conclave_core::plan::{self, LeaseWrite, WriteKind};
 use conclave_core::request::CandidateView;
 use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepInput, plan_step};
@@ -228,17 +228,8 @@ async fn ping_leaver(
     now: Timestamp,
 ) -> Result<(), StepError> {
     tracing::info!(%leaver, "the instance that released the Lease has shown no life since; pinging it and electing the next best");
-    let Some(object) = ctx
-        .caches
-        .candidate(&CandidateKey::new(&key.namespace, leaver))
-    else {
-        return Ok(());
-    };
     let release = election.lease().and_then(LeaseRecord::released);
-    ctx.writer
-        .ping_all(&[object], now, ctx.config.ack_window, release)
-        .await
-        .map_err(|_| StepError::Retry)
+    ping_one(ctx, key, leaver, now, release).await
 }
 
 /// Pings the LeaseCandidate of a holder that has missed its renewals, before its Lease expires
@@ -248,17 +239,29 @@ async fn probe_holder(
     ctx: &Context,
     key: &LeaseKey,
     holder: &str,
-    now: conclave_core::time::Timestamp,
+    now: Timestamp,
 ) -> Result<(), StepError> {
     tracing::info!(%holder, "the holder has missed its renewals; pinging its LeaseCandidate before the Lease expires");
+    ping_one(ctx, key, holder, now, None).await
+}
+
+/// Pings the cached LeaseCandidate `name` of the Lease `key` if it needs a ping (none cached:
+/// nothing to do); a failed ping retries the step.
+async fn ping_one(
+    ctx: &Context,
+    key: &LeaseKey,
+    name: &str,
+    now: Timestamp,
+    release: Option<Release<'_>>,
+) -> Result<(), StepError> {
     let Some(object) = ctx
         .caches
-        .candidate(&CandidateKey::new(&key.namespace, holder))
+        .candidate(&CandidateKey::new(&key.namespace, name))
     else {
         return Ok(());
     };
     ctx.writer
-        .ping_all(&[object], now, ctx.config.ack_window, None)
+        .ping_all(&[object], now, ctx.config.ack_window, release)
         .await
         .map_err(|_| StepError::Retry)
 }
