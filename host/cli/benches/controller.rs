@@ -259,8 +259,25 @@ struct Holders {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Which Leases the holders renew: those whose current record this says a live holder has.
+type Renews = Arc<dyn Fn(&LeaseRecord) -> bool + Send + Sync>;
+
 impl Holders {
+    /// Holders of every Lease.
     fn start(leases: Api<Lease>, cache: LeaseCache, every: Duration, duration_secs: i32) -> Self {
+        Self::start_renewing(leases, cache, every, duration_secs, Arc::new(|_| true))
+    }
+
+    /// Holders of the Leases `renews` picks: the others have no live holder and are left to
+    /// expire (the holders elected before an expiry storm, say, while those elected during it
+    /// renew, as new leaders do).
+    fn start_renewing(
+        leases: Api<Lease>,
+        cache: LeaseCache,
+        every: Duration,
+        duration_secs: i32,
+        renews: Renews,
+    ) -> Self {
         let stop = CancellationToken::new();
         let stats = Arc::default();
         let task = tokio::spawn(hold(
@@ -268,6 +285,7 @@ impl Holders {
             cache,
             every,
             duration_secs,
+            renews,
             stop.clone(),
             Arc::clone(&stats),
         ));
@@ -306,6 +324,7 @@ async fn hold(
     cache: LeaseCache,
     every: Duration,
     duration_secs: i32,
+    renews: Renews,
     stop: CancellationToken,
     stats: Arc<Mutex<HolderStats>>,
 ) {
@@ -329,6 +348,7 @@ async fn hold(
                 if record
                     .expires_at()
                     .is_none_or(|at| at.as_micros() <= now_micros)
+                    || !renews(&record)
                 {
                     return None;
                 }
@@ -649,20 +669,33 @@ async fn main() {
     let after_renewals = snapshot(pid, metrics).await;
     progress("holders stopped; expiry storm");
 
-    // Expiry storm: nobody renews any more; every Lease expires leaseDurationSeconds after its
-    // last renewal, and only the controller's expiry timers can start the re-elections.
-    let expiries: HashMap<String, i64> = leases
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .map(lease_record)
-        .map(|r| {
-            let at = r.expires_at().expect("every Lease is held").as_micros();
-            (r.name, at)
-        })
-        .collect();
+    // Expiry storm: the holders of the steady state renew no more; every Lease expires
+    // leaseDurationSeconds after its last renewal, and only the controller's expiry timers can
+    // start the re-elections. Each holder the controller elects then renews, as a new leader does,
+    // so a Lease elected early in the storm does not expire again before the storm ends.
+    let expiries: Arc<HashMap<String, i64>> = Arc::new(
+        leases
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .map(lease_record)
+            .map(|r| {
+                let at = r.expires_at().expect("every Lease is held").as_micros();
+                (r.name, at)
+            })
+            .collect(),
+    );
+    let new_leaders =
+        Holders::start_renewing(leases.clone(), cache.clone(), renew_every, lease_secs, {
+            let expiries = Arc::clone(&expiries);
+            Arc::new(move |r: &LeaseRecord| {
+                expiries
+                    .get(&r.name)
+                    .is_some_and(|expiry| r.renew_time.is_some_and(|t| t.as_micros() >= *expiry))
+            })
+        });
     let first_expiry = *expiries.values().min().expect("Leases");
     let last_expiry = *expiries.values().max().expect("Leases");
     wait_leases(&cache, n, "re-elected after expiry", |r| {
@@ -678,6 +711,7 @@ async fn main() {
     .await;
     let reelected_micros = micros_now();
     let expiry_storm = snapshot(pid, metrics).await;
+    new_leaders.stop().await;
     progress("expiry storm settled; release storm");
 
     // Release storm: the holders renew again until every candidate is stale (no ping answered for
