@@ -110,15 +110,13 @@ pub fn considered(
         .collect()
 }
 
-/// Takes the instance that released the Lease out of `pool` while it has shown no life since its
-/// release and has not been pinged since ([`liveness_since`]: stale), if someone else can lead.
-/// A leaver (kube-scheduler on SIGTERM, whose LeaseCandidate stays behind; a stopping replica
-/// whose candidate deletion is still on its way) is then not elected, and a fresh next best
-/// leads at once instead of an ack window later. Returns its name, to be pinged: if it lives, its
-/// ack brings it back, and a pre-emption gives it the Lease if it is the best. Once pinged it
-/// stays in the pool like any pinged candidate, so an election that has to wait for acks anyway
-/// waits for its ack too, instead of electing whoever answers first and pre-empting it when the
-/// releaser answers. Alone, it stays in the pool and [`plan_pings`] asks it first.
+/// Takes the instance that released the Lease out of `pool` while it has not shown life since
+/// its release ([`liveness_since`]) and someone else can lead. A leaver (kube-scheduler on
+/// SIGTERM, whose LeaseCandidate stays behind; a stopping replica whose candidate deletion is
+/// still on its way) is then not elected, and the next best leads at once instead of an ack
+/// window later. Returns its name when it needs a ping: if it lives, its ack brings it back into
+/// the pool, and a pre-emption gives it the Lease if it is the best. Alone, it stays in the pool
+/// and [`plan_pings`] asks it first.
 pub fn set_aside_releaser(
     pool: &mut Vec<CandidateView>,
     release: Option<Release<'_>>,
@@ -130,8 +128,14 @@ pub fn set_aside_releaser(
     if pool.len() < 2 {
         return None;
     }
-    (liveness_since(&pool[at], now, ack_window, Some(release)) == Liveness::Stale)
-        .then(|| pool.remove(at).name)
+    match liveness_since(&pool[at], now, ack_window, Some(release)) {
+        Liveness::Fresh => None,
+        Liveness::Stale => Some(pool.remove(at).name),
+        Liveness::Pending { .. } | Liveness::Unresponsive => {
+            pool.remove(at);
+            None
+        }
+    }
 }
 
 /// What to do about pings before electing `best`.
@@ -574,8 +578,8 @@ mod tests {
         );
         assert_eq!(
             aside(candidate("leaver", Some(96), Some(99)), &other),
-            (vec![String::from("leaver"), String::from("other")], None),
-            "pinged since its release, no answer yet: its ack is awaited like anyone's"
+            (vec![String::from("other")], None),
+            "pinged since its release, no answer yet: set aside, not pinged twice"
         );
         assert_eq!(
             aside(candidate("leaver", Some(99), None), &other),

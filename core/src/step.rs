@@ -676,13 +676,6 @@ mod tests {
                 "take_over holder=b preferred=- strategy=OldestEmulationVersion ping=a",
             ),
             (
-                "released by a, pinged since; b must be pinged too: a's ack is awaited with b's",
-                Some(released_by(&lease(Some(""), NOW - 1, None), "a")),
-                vec![cand("a", OEV, Some(NOW - 1), Some(NOW)), stale("b")],
-                Some("a"),
-                "ping b",
-            ),
-            (
                 "released by a, alone: its renewal before the release does not count; ping it",
                 Some(released_by(&lease(Some(""), NOW - 1, None), "a")),
                 vec![fresh("a")],
