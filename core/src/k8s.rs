@@ -74,6 +74,7 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
             .is_some_and(|v| v == ELECTED_BY_VALUE),
         observed_renewal: None,
         released_by: None,
+        released_for: None,
     }
 }
 

@@ -42,6 +42,12 @@ pub struct LeaseRecord {
     /// watched yet: until it shows it is alive after its release ([`LeaseRecord::released`]), it
     /// is pinged and not elected again while someone else can lead.
     pub released_by: Option<String>,
+    /// The candidate a `preferredHolder` named when this controller watched the holder it
+    /// pre-empted release the Lease (KEP-5366's graceful hand-off); `None` while the Lease has a
+    /// holder, after an unasked release, or when nobody was seen releasing it. The controller
+    /// checked that candidate was alive when it pre-empted, so the hand-off goes to it without a
+    /// second ping ([`crate::plan::successor_ready`]).
+    pub released_for: Option<String>,
 }
 
 /// The annotation Conclave puts on Leases it creates.
@@ -123,6 +129,16 @@ impl LeaseRecord {
             at: self.renew_time?,
             seen_at: self.observed_renewal?,
         })
+    }
+
+    /// The candidate a pre-empted holder stepped down for, while the Lease is free
+    /// ([`LeaseRecord::released_for`]).
+    #[must_use]
+    pub fn handed_over_to(&self) -> Option<&str> {
+        if self.holder().is_some() {
+            return None;
+        }
+        non_empty(self.released_for.as_ref())
     }
 
     /// Whether anyone may be elected into the Lease at once: it is expired or has no holder.

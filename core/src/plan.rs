@@ -200,6 +200,33 @@ pub fn plan_pings(
     }
 }
 
+/// Whether `winner` may take over a Lease that a pre-empted holder released for it, without
+/// another ping: the Lease names it as the candidate the holder stepped down for
+/// ([`LeaseRecord::handed_over_to`]), and it renewed or acked within `grace` of `now`.
+///
+/// A pre-emption is written only while the preferred candidate is fresh, but a graceful step-down
+/// (stop the work, then release) can outlast the ack window. Pinging the successor again then
+/// adds a round trip to every such hand-off, and under load an ack that comes late makes the
+/// controller elect someone else and pre-empt it again when the ack arrives: a cycle of
+/// pre-emptions and step-downs. `grace` (a lease duration) bounds how long the earlier sign of
+/// life counts; a successor that died in between holds the Lease until it expires, as any holder
+/// that crashes.
+#[must_use]
+pub fn successor_ready(
+    lease: Option<&LeaseRecord>,
+    candidates: &[CandidateView],
+    winner: &str,
+    now: Timestamp,
+    grace: Duration,
+) -> bool {
+    lease.and_then(LeaseRecord::handed_over_to) == Some(winner)
+        && candidates
+            .iter()
+            .find(|c| c.name == winner)
+            .and_then(|c| c.renew_time)
+            .is_some_and(|renew| renew + grace > now)
+}
+
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -555,6 +582,60 @@ mod tests {
     }
 
     #[test]
+    fn the_candidate_a_preempted_holder_stepped_down_for_takes_over_without_another_ping() {
+        const GRACE: Duration = Duration::from_secs(15);
+        let now = at(100);
+        let released = |holder: Option<&str>, released_for: Option<&str>| LeaseRecord {
+            holder_identity: holder.map(Into::into),
+            released_for: released_for.map(Into::into),
+            renew_time: Some(at(97)),
+            ..LeaseRecord::default()
+        };
+        let handed_to_y = released(Some(""), Some("y"));
+        let table = [
+            (
+                "acked 8 s ago, within the grace",
+                Some(&handed_to_y),
+                "y",
+                Some(92),
+                true,
+            ),
+            (
+                "acked 15 s ago: ping it again",
+                Some(&handed_to_y),
+                "y",
+                Some(85),
+                false,
+            ),
+            ("never renewed", Some(&handed_to_y), "y", None, false),
+            ("someone else won", Some(&handed_to_y), "z", Some(99), false),
+            (
+                "released unasked",
+                Some(&released(Some(""), None)),
+                "y",
+                Some(92),
+                false,
+            ),
+            (
+                "held again",
+                Some(&released(Some("x"), Some("y"))),
+                "y",
+                Some(92),
+                false,
+            ),
+            ("no Lease", None, "y", Some(92), false),
+        ];
+        for (case, lease, winner, renew, want) in table {
+            let candidates = [candidate("y", renew, None), candidate("z", renew, None)];
+            assert_eq!(
+                successor_ready(lease, &candidates, winner, now, GRACE),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
     fn a_releaser_without_a_sign_of_life_is_set_aside_while_someone_else_can_lead() {
         let now = at(100);
         let release = Release {
@@ -720,6 +801,7 @@ mod tests {
             elected_by_conclave: false,
             observed_renewal: None,
             released_by: None,
+            released_for: None,
         }
     }
 

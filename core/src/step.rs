@@ -17,8 +17,8 @@
 
 use crate::lease::LeaseRecord;
 use crate::plan::{
-    LeaseWrite, Mode, PingPlan, WriteInput, candidate_expired, considered, plan_pings, plan_writes,
-    probe_holder, recheck_at, set_aside_releaser,
+    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered, plan_pings,
+    plan_writes, probe_holder, recheck_at, set_aside_releaser, successor_ready,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -399,10 +399,11 @@ impl Election {
     /// The second phase of a step: what the strategy's answer (`None`: nobody should lead) means
     /// for the Lease.
     ///
-    /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh:
-    /// [`Outcome::Write`] at once, without waiting for worse candidates. Otherwise ping every
-    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
-    /// ([`Outcome::Wait`]).
+    /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh,
+    /// or the winner is the candidate a pre-empted holder released the Lease for and showed life
+    /// within a lease duration ([`successor_ready`]): [`Outcome::Write`] at once, without waiting
+    /// for worse candidates. Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
+    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
@@ -430,6 +431,17 @@ impl Election {
                     .map(Into::into),
             };
         };
+        let handover_grace =
+            Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
+        if write.kind == WriteKind::TakeOver
+            && successor_ready(lease, &self.request.candidates, winner, now, handover_grace)
+        {
+            return Outcome::Write {
+                winner: winner.into(),
+                write: Box::new(write),
+                also_ping: self.releaser_to_ping.clone(),
+            };
+        }
         let release = lease.and_then(LeaseRecord::released);
         match plan_pings(
             &self.request.candidates,
@@ -466,7 +478,6 @@ impl Election {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::WriteKind;
     use crate::strategy::OLDEST_EMULATION_VERSION as OEV;
     use alloc::format;
     use alloc::string::ToString;
@@ -528,6 +539,7 @@ mod tests {
             elected_by_conclave: false,
             observed_renewal: None,
             released_by: None,
+            released_for: None,
         }
     }
 
@@ -638,6 +650,15 @@ mod tests {
         }
     }
 
+    /// `released`, as this controller watched its pre-empted holder release it for `successor`.
+    fn released_for(released: &LeaseRecord, successor: &str) -> LeaseRecord {
+        LeaseRecord {
+            released_for: Some(successor.into()),
+            observed_renewal: released.renew_time,
+            ..released.clone()
+        }
+    }
+
     /// A case name, the Lease, its candidates, the strategy's answer and the expected summary.
     type Case<'a> = (
         &'a str,
@@ -688,6 +709,27 @@ mod tests {
                 vec![fresh("a"), cand("b", OEV, Some(NOW), None)],
                 Some("a"),
                 "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "released for a, which acked 8 s ago: a takes over without another ping",
+                Some(released_for(&lease(Some(""), NOW - 1, None), "a")),
+                vec![cand("a", OEV, Some(NOW - 8), None), stale("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "released for a, which acked 20 s ago (past a lease duration): ping again",
+                Some(released_for(&lease(Some(""), NOW - 1, None), "a")),
+                vec![cand("a", OEV, Some(NOW - 20), None), stale("b")],
+                Some("a"),
+                "ping a,b",
+            ),
+            (
+                "released for a, but the strategy names b: b must be fresh as usual",
+                Some(released_for(&lease(Some(""), NOW - 1, None), "a")),
+                vec![cand("a", OEV, Some(NOW - 8), None), stale("b")],
+                Some("b"),
+                "ping a,b",
             ),
             (
                 "absent holder is the same as empty: take over",

@@ -81,15 +81,17 @@ pub async fn leases<S>(
 
 /// When this controller watched each Lease's current renewal (holder and `renewTime`) arrive, by
 /// its own clock, and who released it when that renewal is a release: what
-/// `LeaseRecord::observed_renewal` and `LeaseRecord::released_by` are filled from. Expiry is judged
+/// `LeaseRecord::observed_renewal`, `LeaseRecord::released_by` and `LeaseRecord::released_for` are
+/// filled from. Expiry is judged
 /// from the moment of observation as client-go does, not only from the holder's timestamps; a
 /// releaser must show it lives before it is elected again (`conclave_core::plan::liveness_since`).
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
 
 /// One Lease's current renewal, when it was watched arriving (`None`: listed, not watched), its
-/// latest `preferredHolder`, and the holder whose watched write cleared `holderIdentity` unasked
-/// (`None`: held, asked to step down, or release not watched).
+/// latest `preferredHolder`, the holder whose watched write cleared `holderIdentity` unasked
+/// (`None`: held, asked to step down, or release not watched), and the candidate a pre-empted
+/// holder released it for (`None`: held, released unasked, or release not watched).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Renewal {
     holder: Option<String>,
@@ -97,6 +99,7 @@ struct Renewal {
     seen_at: Option<Timestamp>,
     preferred: Option<String>,
     released_by: Option<String>,
+    released_for: Option<String>,
 }
 
 impl Renewal {
@@ -114,6 +117,18 @@ impl Renewal {
             }
             Some(_) => None,
             None => self.released_by.clone(),
+        }
+    }
+
+    /// Whom the Lease is handed to if the next renewal clears the holder: the `preferredHolder`
+    /// that asked this renewal's holder to step down; for a Lease already free, whoever it was
+    /// handed to before.
+    fn successor(&self) -> Option<String> {
+        match named(self.holder.as_deref()) {
+            Some(holder) => named(self.preferred.as_deref())
+                .filter(|p| *p != holder)
+                .map(str::to_owned),
+            None => self.released_for.clone(),
         }
     }
 }
@@ -140,9 +155,11 @@ impl Renewals {
             same.preferred = preferred;
             return;
         }
-        let released_by = match named(holder.as_deref()) {
-            Some(_) => None,
-            None => renewals.get(key).and_then(Renewal::releaser),
+        let (released_by, released_for) = match named(holder.as_deref()) {
+            Some(_) => (None, None),
+            None => renewals.get(key).map_or((None, None), |before| {
+                (before.releaser(), before.successor())
+            }),
         };
         renewals.insert(
             key.clone(),
@@ -152,6 +169,7 @@ impl Renewals {
                 seen_at: Some(now),
                 preferred,
                 released_by,
+                released_for,
             },
         );
     }
@@ -176,6 +194,7 @@ impl Renewals {
                         seen_at: None,
                         preferred,
                         released_by: None,
+                        released_for: None,
                     },
                 );
             }
@@ -188,7 +207,8 @@ impl Renewals {
     }
 
     /// Fills in what this controller watched of the renewal `record` carries: when it arrived
-    /// (`observed_renewal`) and, for a release, who released it (`released_by`). Neither is known
+    /// (`observed_renewal`) and, for a release, who released it unasked (`released_by`) or for
+    /// whom (`released_for`). None is known
     /// when the record is not the renewal last watched (a newer write of this controller's own).
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
         let renewals = lock(&self.0);
@@ -198,10 +218,12 @@ impl Renewals {
         else {
             record.observed_renewal = None;
             record.released_by = None;
+            record.released_for = None;
             return;
         };
         record.observed_renewal = renewal.seen_at;
         record.released_by = renewal.released_by.clone();
+        record.released_for = renewal.released_for.clone();
     }
 
     fn renewal_of(lease: &Lease) -> (Option<String>, Option<Timestamp>) {
@@ -693,6 +715,13 @@ mod tests {
         (record.observed_renewal, record.released_by)
     }
 
+    /// The candidate `record` was released for, as this controller's watch annotates it.
+    fn handed_to(renewals: &Renewals, k: &LeaseKey, lease: &Lease) -> Option<String> {
+        let mut record = conclave_core::k8s::lease_record(lease);
+        renewals.annotate(k, &mut record);
+        record.released_for
+    }
+
     #[test]
     fn a_watched_renewal_is_timed_when_it_arrives_and_other_changes_keep_that_time() {
         let renewals = Renewals::default();
@@ -740,6 +769,7 @@ mod tests {
             annotated(&renewals, &k, &released),
             (Some(Timestamp::from_secs(56)), Some("x".into()))
         );
+        assert_eq!(handed_to(&renewals, &k, &released), None, "unasked");
         // Another write that keeps it free (a strategy change, a second release) keeps the name.
         let rewritten = renewed(lease("ns", "a", "3"), "", 57);
         renewals.watched(&k, &rewritten, Timestamp::from_secs(58));
@@ -758,6 +788,21 @@ mod tests {
             annotated(&renewals, &k, &made_way),
             (Some(Timestamp::from_secs(61)), None)
         );
+        assert_eq!(
+            handed_to(&renewals, &k, &made_way).as_deref(),
+            Some("z"),
+            "released for the candidate that pre-empted it"
+        );
+        let again = renewed(lease("ns", "a", "7"), "", 62);
+        renewals.watched(&k, &again, Timestamp::from_secs(62));
+        assert_eq!(
+            handed_to(&renewals, &k, &again).as_deref(),
+            Some("z"),
+            "another write that keeps it free keeps the successor"
+        );
+        let held = renewed(lease("ns", "a", "8"), "z", 63);
+        renewals.watched(&k, &held, Timestamp::from_secs(63));
+        assert_eq!(handed_to(&renewals, &k, &held), None, "held again");
         // A release seen only in a relist has no known releaser.
         let fresh = Renewals::default();
         fresh.listed(&k, &released);

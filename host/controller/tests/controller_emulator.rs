@@ -3,6 +3,7 @@
 
 mod controller_support;
 
+use conclave_controller::ControllerConfig;
 use conclave_core::plan::Mode;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_emulator::{Emulator, EmulatorConfig, Failure, Verb};
@@ -103,6 +104,67 @@ async fn better_candidate_preempts_the_holder_which_steps_down() {
     };
     assert_eq!(record.preferred(), None);
     audit.assert_never_two_holders();
+}
+
+/// KEP-5366's graceful hand-off when the pre-empted leader takes longer than the ack window to
+/// stop its work and release: the controller checked the preferred candidate was alive when it
+/// pre-empted, so the released Lease goes to it at once. Pinging it again would add a round trip
+/// to every slow step-down, and a late ack would hand the Lease to someone else first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_step_down_hands_the_lease_to_the_preferred_candidate_without_another_ping() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let config = ControllerConfig {
+        lease_duration_seconds: 60,
+        ..config(NS, "c1")
+    };
+    let _controller = start(client.clone(), config);
+    let _new = candidate(&client, "new", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "new to hold l", |r| r.holder() == Some("new")).await;
+
+    // Fresh when it appears, so the holder is pre-empted for it at once; it answers no ping.
+    let old = lease_candidate(NS, "old", "l", "1.30.0", Some("1.30.0"), OEV);
+    candidates
+        .create(&PostParams::default(), &old)
+        .await
+        .unwrap();
+    wait_lease(&leases, "l", "new to be pre-empted for old", |r| {
+        r.holder() == Some("new") && r.preferred() == Some("old")
+    })
+    .await;
+
+    // The step-down outlasts the ack window (2 s): old last showed life 10 s ago.
+    let mut acked = candidates.get("old").await.unwrap();
+    let spec = acked.spec.as_mut().unwrap();
+    spec.ping_time = Some(ago(11));
+    spec.renew_time = Some(ago(10));
+    let acked = candidates
+        .replace("old", &PostParams::default(), &acked)
+        .await
+        .unwrap();
+    // Released as client-go's release writes it: preferredHolder goes with the holder.
+    let mut released = leases.get("l").await.unwrap();
+    let spec = released.spec.as_mut().unwrap();
+    spec.holder_identity = Some(String::new());
+    spec.preferred_holder = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(ago(0));
+    leases
+        .replace("l", &PostParams::default(), &released)
+        .await
+        .unwrap();
+
+    wait_lease(&leases, "l", "old to take over from the release", |r| {
+        r.holder() == Some("old")
+    })
+    .await;
+    let ping_time = candidates.get("old").await.unwrap().spec.unwrap().ping_time;
+    assert_eq!(
+        ping_time,
+        acked.spec.unwrap().ping_time,
+        "old was pinged again after the release"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
