@@ -41,6 +41,12 @@ use tokio_util::sync::CancellationToken;
 
 /// The controller's counter of API writes (labels `operation`, `result`).
 const WRITES: &str = "conclave_api_writes_total";
+/// Leases whose candidates are created at the same time, as the replicas of many components
+/// start independently: one at a time, the real kube-apiserver (each create waits for etcd) took
+/// longer than 16 minutes for 15,000 candidates.
+const CANDIDATE_CREATORS: usize = 32;
+/// The controller's counter of elections by outcome.
+const ELECTIONS: &str = "conclave_elections_total";
 /// Concurrent writes of the holders (renewals, releases): many, as N independent electors would
 /// write; with 8, the real kube-apiserver (each write waits for etcd) let the first 1,600 Leases
 /// expire and be taken over again while the candidates were still being created.
@@ -87,11 +93,15 @@ fn usage(pid: u32) -> (f64, f64, f64) {
 }
 
 /// The controller's counters that tell whether it worked: Lease writes (creates and updates, and
-/// how many of them were refused with a conflict), pings and strategy calls.
+/// how many of them were refused with a conflict), elections by what they wrote, pings and
+/// strategy calls.
 #[derive(Clone, Copy, Default)]
 struct Counters {
     lease_writes: f64,
     lease_conflicts: f64,
+    take_overs: f64,
+    preemptions: f64,
+    preferred_cleared: f64,
     pings: f64,
     strategy_calls: f64,
 }
@@ -102,6 +112,9 @@ impl std::ops::Sub for Counters {
         Self {
             lease_writes: self.lease_writes - earlier.lease_writes,
             lease_conflicts: self.lease_conflicts - earlier.lease_conflicts,
+            take_overs: self.take_overs - earlier.take_overs,
+            preemptions: self.preemptions - earlier.preemptions,
+            preferred_cleared: self.preferred_cleared - earlier.preferred_cleared,
             pings: self.pings - earlier.pings,
             strategy_calls: self.strategy_calls - earlier.strategy_calls,
         }
@@ -155,6 +168,9 @@ async fn snapshot(pid: u32, metrics: SocketAddr) -> Snapshot {
                 WRITES,
                 &["operation=\"lease_", "result=\"conflict\""],
             ),
+            take_overs: sum(&text, ELECTIONS, &["outcome=\"take_over\""]),
+            preemptions: sum(&text, ELECTIONS, &["outcome=\"preempt\""]),
+            preferred_cleared: sum(&text, ELECTIONS, &["outcome=\"clear_preferred\""]),
             pings: sum(&text, WRITES, &["operation=\"ping\""]),
             strategy_calls: sum(&text, "conclave_plugin_call_seconds_count", &[]),
         },
@@ -568,8 +584,16 @@ fn row(phase: &str, wall: &str, from: &Snapshot, to: &Snapshot, window: Option<D
     };
     let c = to.counters - from.counters;
     println!(
-        "| {phase} | {wall} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}) | {:.0} | {:.0} |",
-        to.rss, to.peak_rss, c.lease_writes, c.lease_conflicts, c.pings, c.strategy_calls
+        "| {phase} | {wall} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} |",
+        to.rss,
+        to.peak_rss,
+        c.lease_writes,
+        c.lease_conflicts,
+        c.take_overs,
+        c.preemptions,
+        c.preferred_cleared,
+        c.pings,
+        c.strategy_calls
     );
 }
 
@@ -643,14 +667,19 @@ async fn main() {
     let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
     let t0 = micros_now();
     let create_start = Instant::now();
-    for lease in 0..n {
-        for i in 0..3 {
-            candidates
-                .create(&PostParams::default(), &candidate(&ns, lease, i))
-                .await
-                .expect("create candidate");
-        }
-    }
+    futures::stream::iter(0..n)
+        .for_each_concurrent(CANDIDATE_CREATORS, |lease| {
+            let (candidates, ns) = (candidates.clone(), ns.clone());
+            async move {
+                for i in 0..3 {
+                    candidates
+                        .create(&PostParams::default(), &candidate(&ns, lease, i))
+                        .await
+                        .expect("create candidate");
+                }
+            }
+        })
+        .await;
     let created_in = create_start.elapsed();
     let elect = wait_leases(&cache, n, "held", |r| {
         r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t0)
@@ -740,9 +769,9 @@ async fn main() {
         renew_every.as_secs()
     );
     println!(
-        "| phase | wall time | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (of which conflicts) | pings | strategy calls |"
+        "| phase | wall time | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (of which conflicts) | take-overs / pre-emptions / preferredHolder cleared | pings | strategy calls |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let zero = Snapshot {
         cpu: 0.0,
         rss: 0.0,
