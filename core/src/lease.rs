@@ -46,7 +46,7 @@ pub struct LeaseRecord {
     /// pre-empted release the Lease (KEP-5366's graceful hand-off); `None` while the Lease has a
     /// holder, after an unasked release, or when nobody was seen releasing it. The controller
     /// checked that candidate was alive when it pre-empted, so the hand-off goes to it without a
-    /// second ping ([`crate::plan::successor_ready`]).
+    /// second ping ([`crate::plan::known_alive`]).
     pub released_for: Option<String>,
 }
 

@@ -200,31 +200,45 @@ pub fn plan_pings(
     }
 }
 
-/// Whether `winner` may take over a Lease that a pre-empted holder released for it, without
-/// another ping: the Lease names it as the candidate the holder stepped down for
-/// ([`LeaseRecord::handed_over_to`]), and it renewed or acked within `grace` of `now`.
+/// Whether `winner` may take over a free Lease without another ping, on a sign of life this
+/// controller already has: its candidate renewed or acked within `grace` of `now`, has no ping
+/// outstanding, and
+/// - the Lease was released for it by the holder it pre-empted ([`LeaseRecord::handed_over_to`]),
+///   or
+/// - it is the holder of the expired Lease and its candidate renewed after the holder's last
+///   renewal of the Lease: it answered the probe of an overdue holder ([`probe_holder`]).
 ///
 /// A pre-emption is written only while the preferred candidate is fresh, but a graceful step-down
-/// (stop the work, then release) can outlast the ack window. Pinging the successor again then
-/// adds a round trip to every such hand-off, and under load an ack that comes late makes the
-/// controller elect someone else and pre-empt it again when the ack arrives: a cycle of
-/// pre-emptions and step-downs. `grace` (a lease duration) bounds how long the earlier sign of
-/// life counts; a successor that died in between holds the Lease until it expires, as any holder
-/// that crashes.
+/// (stop the work, then release) can outlast the ack window; and the answer to a probe is at
+/// least half a lease duration old when the Lease expires. Pinging such a candidate again adds a
+/// round trip to every hand-off, and under load an ack that comes late makes the controller elect
+/// someone else and pre-empt it again when the ack arrives: a cycle of pre-emptions and
+/// step-downs. `grace` (a lease duration) bounds how long the earlier sign of life counts; a
+/// candidate that died since holds the Lease until it expires, as any holder that crashes. A
+/// crashed holder does not answer its probe, so it is never re-elected this way.
 #[must_use]
-pub fn successor_ready(
+pub fn known_alive(
     lease: Option<&LeaseRecord>,
     candidates: &[CandidateView],
     winner: &str,
     now: Timestamp,
     grace: Duration,
 ) -> bool {
-    lease.and_then(LeaseRecord::handed_over_to) == Some(winner)
-        && candidates
-            .iter()
-            .find(|c| c.name == winner)
-            .and_then(|c| c.renew_time)
-            .is_some_and(|renew| renew + grace > now)
+    let Some(lease) = lease else {
+        return false;
+    };
+    let Some(candidate) = candidates.iter().find(|c| c.name == winner) else {
+        return false;
+    };
+    let Some(renew) = candidate.renew_time else {
+        return false;
+    };
+    let answered = candidate.ping_time.is_none_or(|ping| renew >= ping);
+    let handed_over = lease.handed_over_to() == Some(winner);
+    let answered_probe = lease.holder() == Some(winner)
+        && lease.is_free(now)
+        && lease.renew_time.is_some_and(|held| renew > held);
+    (handed_over || answered_probe) && answered && renew + grace > now
 }
 
 /// The kind of a Lease write, for logs, events and metrics.
@@ -582,53 +596,113 @@ mod tests {
     }
 
     #[test]
-    fn the_candidate_a_preempted_holder_stepped_down_for_takes_over_without_another_ping() {
+    fn a_sign_of_life_since_the_hand_over_or_the_probe_spares_a_ping() {
         const GRACE: Duration = Duration::from_secs(15);
         let now = at(100);
-        let released = |holder: Option<&str>, released_for: Option<&str>| LeaseRecord {
+        let lease = |holder: Option<&str>, renew: i64, released_for: Option<&str>| LeaseRecord {
             holder_identity: holder.map(Into::into),
             released_for: released_for.map(Into::into),
-            renew_time: Some(at(97)),
+            renew_time: Some(at(renew)),
+            lease_duration_seconds: Some(10),
             ..LeaseRecord::default()
         };
-        let handed_to_y = released(Some(""), Some("y"));
+        let handed_to_y = lease(Some(""), 97, Some("y"));
+        let y_expired = lease(Some("y"), 88, None);
         let table = [
             (
-                "acked 8 s ago, within the grace",
+                "handed over, acked 8 s ago",
                 Some(&handed_to_y),
                 "y",
                 Some(92),
+                None,
                 true,
             ),
             (
-                "acked 15 s ago: ping it again",
+                "handed over, acked 15 s ago",
                 Some(&handed_to_y),
                 "y",
                 Some(85),
+                None,
                 false,
             ),
-            ("never renewed", Some(&handed_to_y), "y", None, false),
-            ("someone else won", Some(&handed_to_y), "z", Some(99), false),
             (
-                "released unasked",
-                Some(&released(Some(""), None)),
+                "handed over, never renewed",
+                Some(&handed_to_y),
+                "y",
+                None,
+                None,
+                false,
+            ),
+            (
+                "handed over, pinged since",
+                Some(&handed_to_y),
                 "y",
                 Some(92),
+                Some(95),
+                false,
+            ),
+            (
+                "handed over to y, z won",
+                Some(&handed_to_y),
+                "z",
+                Some(99),
+                None,
+                false,
+            ),
+            (
+                "released unasked",
+                Some(&lease(Some(""), 97, None)),
+                "y",
+                Some(92),
+                None,
                 false,
             ),
             (
                 "held again",
-                Some(&released(Some("x"), Some("y"))),
+                Some(&lease(Some("x"), 97, Some("y"))),
                 "y",
                 Some(92),
+                None,
                 false,
             ),
-            ("no Lease", None, "y", Some(92), false),
+            (
+                "expired holder answered its probe",
+                Some(&y_expired),
+                "y",
+                Some(94),
+                Some(93),
+                true,
+            ),
+            (
+                "expired holder's probe outstanding",
+                Some(&y_expired),
+                "y",
+                Some(80),
+                Some(93),
+                false,
+            ),
+            (
+                "expired holder, candidate renewed before the Lease",
+                Some(&y_expired),
+                "y",
+                Some(87),
+                None,
+                false,
+            ),
+            (
+                "live holder",
+                Some(&lease(Some("y"), 95, None)),
+                "y",
+                Some(96),
+                None,
+                false,
+            ),
+            ("no Lease", None, "y", Some(92), None, false),
         ];
-        for (case, lease, winner, renew, want) in table {
-            let candidates = [candidate("y", renew, None), candidate("z", renew, None)];
+        for (case, lease, winner, renew, ping, want) in table {
+            let candidates = [candidate("y", renew, ping), candidate("z", renew, ping)];
             assert_eq!(
-                successor_ready(lease, &candidates, winner, now, GRACE),
+                known_alive(lease, &candidates, winner, now, GRACE),
                 want,
                 "{case}"
             );

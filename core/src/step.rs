@@ -17,8 +17,8 @@
 
 use crate::lease::LeaseRecord;
 use crate::plan::{
-    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered, plan_pings,
-    plan_writes, probe_holder, recheck_at, set_aside_releaser, successor_ready,
+    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered, known_alive,
+    plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -400,10 +400,11 @@ impl Election {
     /// for the Lease.
     ///
     /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh,
-    /// or the winner is the candidate a pre-empted holder released the Lease for and showed life
-    /// within a lease duration ([`successor_ready`]): [`Outcome::Write`] at once, without waiting
-    /// for worse candidates. Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
-    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
+    /// or alive by a sign this controller already has (the candidate a pre-empted holder released
+    /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
+    /// [`Outcome::Write`] at once, without waiting for worse candidates. Otherwise ping every
+    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
+    /// ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
@@ -431,10 +432,10 @@ impl Election {
                     .map(Into::into),
             };
         };
-        let handover_grace =
+        let alive_grace =
             Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
         if write.kind == WriteKind::TakeOver
-            && successor_ready(lease, &self.request.candidates, winner, now, handover_grace)
+            && known_alive(lease, &self.request.candidates, winner, now, alive_grace)
         {
             return Outcome::Write {
                 winner: winner.into(),
@@ -730,6 +731,20 @@ mod tests {
                 vec![cand("a", OEV, Some(NOW - 8), None), stale("b")],
                 Some("b"),
                 "ping a,b",
+            ),
+            (
+                "expired holder a answered its probe 8 s ago: refreshed without a ping",
+                Some(lease(Some("a"), NOW - 12, None)),
+                vec![cand("a", OEV, Some(NOW - 8), Some(NOW - 9)), stale("b")],
+                Some("a"),
+                "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "expired holder a never answered its probe: left out, b is pinged",
+                Some(lease(Some("a"), NOW - 12, None)),
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 9)), stale("b")],
+                Some("b"),
+                "ping b",
             ),
             (
                 "absent holder is the same as empty: take over",
