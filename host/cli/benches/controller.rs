@@ -744,13 +744,21 @@ async fn main() {
     progress("expiry storm settled; release storm");
 
     // Release storm: the holders renew again until every candidate is stale (no ping answered for
-    // longer than the ack window), then all release at once.
+    // longer than the ack window), then all release at once. The holders the controller elects
+    // then renew, as in the expiry storm.
     let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
     tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
     holders.stop().await;
     let before_release = snapshot(pid, metrics).await;
     let t1 = micros_now();
     let release_start = Instant::now();
+    let new_leaders = Holders::start_renewing(
+        leases.clone(),
+        cache.clone(),
+        renew_every,
+        lease_secs,
+        Arc::new(move |r: &LeaseRecord| r.renew_time.is_some_and(|t| t.as_micros() >= t1)),
+    );
     release_all(&leases).await;
     let released_in = release_start.elapsed();
     let release_storm = wait_leases(&cache, n, "re-elected after release", |r| {
@@ -758,6 +766,7 @@ async fn main() {
     })
     .await;
     let released = snapshot(pid, metrics).await;
+    new_leaders.stop().await;
     drop(controller);
     let server_name = server.name();
     drop(server);
@@ -833,5 +842,15 @@ async fn main() {
         &before_release,
         &released,
         None,
+    );
+    let (bench_cpu, bench_rss, bench_peak) = usage(std::process::id());
+    println!(
+        "The bench process ({}holders, ping answers): {bench_cpu:.1} s CPU, RSS {bench_rss:.1} \
+         MiB at the end, peak {bench_peak:.1} MiB",
+        if server_name.starts_with("the emulator") {
+            "the embedded emulator, "
+        } else {
+            ""
+        }
     );
 }
