@@ -75,10 +75,24 @@ impl bindings::StringColumn {
     /// The value of candidate `position`, if it has one.
     #[must_use]
     pub fn get(&self, position: usize) -> Option<&str> {
+        self.dictionary.get(self.entry(position)?)
+    }
+
+    /// Which of the [distinct values](Self::distinct_values) candidate `position` has, if it has
+    /// one. Candidates with the same value share an entry, so a rule that maps values to
+    /// something (a zone to its rank) can map each distinct value once, not once per candidate.
+    #[must_use]
+    pub fn entry(&self, position: usize) -> Option<usize> {
         match *self.values.get(position)? {
             0 => None,
-            entry => self.dictionary.get(entry as usize - 1),
+            entry => Some(entry as usize - 1),
         }
+    }
+
+    /// The distinct values, in entry order ([`entry`](Self::entry)); one item per entry, an
+    /// entry the host sent malformed as the empty string.
+    pub fn distinct_values(&self) -> impl Iterator<Item = &str> {
+        (0..self.dictionary.ends.len()).map(|index| self.dictionary.get(index).unwrap_or_default())
     }
 }
 
@@ -261,6 +275,16 @@ impl<'a> Candidate<'a> {
 }
 
 impl CandidateColumns {
+    /// The column of the label `key` the strategy reads, if any candidate has it.
+    #[must_use]
+    pub fn label_column(&self, key: &str) -> Option<&bindings::StringColumn> {
+        let found = self
+            .labels
+            .binary_search_by(|column| column.key.as_str().cmp(key))
+            .ok()?;
+        Some(&self.labels[found].column)
+    }
+
     /// How many candidates there are.
     #[must_use]
     pub fn len(&self) -> usize {

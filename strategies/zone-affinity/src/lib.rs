@@ -38,15 +38,26 @@ impl Strategy for ZoneAffinity {
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         let zones = parse_settings(&request.settings)
             .map_err(|problem| format!("invalid settings for {STRATEGY}: {problem}"))?;
+        let unlisted = zones.len();
+        // Each distinct zone is ranked once; a candidate then looks up its zone's entry.
+        let column = request.candidates.label_column(ZONE_LABEL);
+        let rank_of_entry: Vec<usize> = column
+            .map(|column| {
+                column
+                    .distinct_values()
+                    .map(|zone| zones.iter().position(|z| z == zone).unwrap_or(unlisted))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(request
             .candidates
             .iter()
             .filter_map(|c| {
                 let key = OldestEmulationKey::new(&c)?;
-                let preference = c
-                    .label(ZONE_LABEL)
-                    .and_then(|zone| zones.iter().position(|z| z == zone))
-                    .unwrap_or(zones.len());
+                let preference = column
+                    .and_then(|column| column.entry(c.position() as usize))
+                    .and_then(|entry| rank_of_entry.get(entry).copied())
+                    .unwrap_or(unlisted);
                 Some((preference, key))
             })
             .min()
