@@ -434,23 +434,20 @@ impl Election {
         };
         let alive_grace =
             Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
-        if write.kind == WriteKind::TakeOver
+        let pings = if write.kind == WriteKind::TakeOver
             && known_alive(lease, &self.request.candidates, winner, now, alive_grace)
         {
-            return Outcome::Write {
-                winner: winner.into(),
-                write: Box::new(write),
-                also_ping: self.releaser_to_ping.clone(),
-            };
-        }
-        let release = lease.and_then(LeaseRecord::released);
-        match plan_pings(
-            &self.request.candidates,
-            winner,
-            now,
-            self.ack_window,
-            release,
-        ) {
+            PingPlan::Elect
+        } else {
+            plan_pings(
+                &self.request.candidates,
+                winner,
+                now,
+                self.ack_window,
+                lease.and_then(LeaseRecord::released),
+            )
+        };
+        match pings {
             PingPlan::Elect => Outcome::Write {
                 winner: winner.into(),
                 write: Box::new(write),

@@ -769,6 +769,7 @@ async fn main() {
     new_leaders.stop().await;
     drop(controller);
     let server_name = server.name();
+    let embedded_emulator = matches!(server, Server::Emulator(_));
     drop(server);
 
     let secs = |micros: i64| micros as f64 / 1e6;
@@ -847,7 +848,7 @@ async fn main() {
     println!(
         "The bench process ({}holders, ping answers): {bench_cpu:.1} s CPU, RSS {bench_rss:.1} \
          MiB at the end, peak {bench_peak:.1} MiB",
-        if server_name.starts_with("the emulator") {
+        if embedded_emulator {
             "the embedded emulator, "
         } else {
             ""

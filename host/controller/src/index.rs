@@ -82,9 +82,9 @@ pub async fn leases<S>(
 /// When this controller watched each Lease's current renewal (holder and `renewTime`) arrive, by
 /// its own clock, and who released it when that renewal is a release: what
 /// `LeaseRecord::observed_renewal`, `LeaseRecord::released_by` and `LeaseRecord::released_for` are
-/// filled from. Expiry is judged
-/// from the moment of observation as client-go does, not only from the holder's timestamps; a
-/// releaser must show it lives before it is elected again (`conclave_core::plan::liveness_since`).
+/// filled from. Expiry is judged from the moment of observation as client-go does, not only from
+/// the holder's timestamps; a releaser must show it lives before it is elected again
+/// (`conclave_core::plan::liveness_since`).
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
 
@@ -107,28 +107,17 @@ impl Renewal {
         self.holder.as_deref() == holder && self.renew_time == renew_time
     }
 
-    /// Who released the Lease unasked if the next renewal clears the holder: this renewal's
-    /// holder unless a `preferredHolder` named someone else; for a Lease already free, whoever
-    /// released it before.
-    fn releaser(&self) -> Option<String> {
-        match named(self.holder.as_deref()) {
-            Some(holder) if named(self.preferred.as_deref()).is_none_or(|p| p == holder) => {
-                Some(holder.to_owned())
-            }
-            Some(_) => None,
-            None => self.released_by.clone(),
-        }
-    }
-
-    /// Whom the Lease is handed to if the next renewal clears the holder: the `preferredHolder`
-    /// that asked this renewal's holder to step down; for a Lease already free, whoever it was
-    /// handed to before.
-    fn successor(&self) -> Option<String> {
-        match named(self.holder.as_deref()) {
-            Some(holder) => named(self.preferred.as_deref())
-                .filter(|p| *p != holder)
-                .map(str::to_owned),
-            None => self.released_for.clone(),
+    /// What a next renewal that clears the holder means: who released the Lease unasked (this
+    /// renewal's holder, unless a `preferredHolder` named someone else) and for whom (that
+    /// `preferredHolder`, who asked the holder to step down). For a Lease already free, what its
+    /// release meant before.
+    fn release(&self) -> (Option<String>, Option<String>) {
+        let Some(holder) = named(self.holder.as_deref()) else {
+            return (self.released_by.clone(), self.released_for.clone());
+        };
+        match named(self.preferred.as_deref()) {
+            Some(preferred) if preferred != holder => (None, Some(preferred.to_owned())),
+            _ => (Some(holder.to_owned()), None),
         }
     }
 }
@@ -157,9 +146,7 @@ impl Renewals {
         }
         let (released_by, released_for) = match named(holder.as_deref()) {
             Some(_) => (None, None),
-            None => renewals.get(key).map_or((None, None), |before| {
-                (before.releaser(), before.successor())
-            }),
+            None => renewals.get(key).map_or((None, None), Renewal::release),
         };
         renewals.insert(
             key.clone(),
@@ -208,8 +195,8 @@ impl Renewals {
 
     /// Fills in what this controller watched of the renewal `record` carries: when it arrived
     /// (`observed_renewal`) and, for a release, who released it unasked (`released_by`) or for
-    /// whom (`released_for`). None is known
-    /// when the record is not the renewal last watched (a newer write of this controller's own).
+    /// whom (`released_for`). None is known when the record is not the renewal last watched (a
+    /// newer write of this controller's own).
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
         let renewals = lock(&self.0);
         let Some(renewal) = renewals
@@ -704,22 +691,26 @@ mod tests {
         lease
     }
 
+    /// The record of `lease` as this controller's watch annotates it.
+    fn annotated_record(renewals: &Renewals, k: &LeaseKey, lease: &Lease) -> LeaseRecord {
+        let mut record = conclave_core::k8s::lease_record(lease);
+        renewals.annotate(k, &mut record);
+        record
+    }
+
     /// `record` as this controller's watch annotates it: (observed renewal, releaser).
     fn annotated(
         renewals: &Renewals,
         k: &LeaseKey,
         lease: &Lease,
     ) -> (Option<Timestamp>, Option<String>) {
-        let mut record = conclave_core::k8s::lease_record(lease);
-        renewals.annotate(k, &mut record);
+        let record = annotated_record(renewals, k, lease);
         (record.observed_renewal, record.released_by)
     }
 
     /// The candidate `record` was released for, as this controller's watch annotates it.
     fn handed_to(renewals: &Renewals, k: &LeaseKey, lease: &Lease) -> Option<String> {
-        let mut record = conclave_core::k8s::lease_record(lease);
-        renewals.annotate(k, &mut record);
-        record.released_for
+        annotated_record(renewals, k, lease).released_for
     }
 
     #[test]

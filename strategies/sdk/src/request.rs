@@ -126,11 +126,19 @@ fn time(times: &[i64], position: u32) -> Option<i64> {
         .filter(|time| *time != UNKNOWN_TIME)
 }
 
-fn keyed<'a>(columns: &'a [bindings::KeyedColumn], key: &str, position: u32) -> Option<&'a str> {
+/// The column of `key` among `columns`, which the host sends sorted by key.
+fn column_of<'a>(
+    columns: &'a [bindings::KeyedColumn],
+    key: &str,
+) -> Option<&'a bindings::StringColumn> {
     let found = columns
         .binary_search_by(|column| column.key.as_str().cmp(key))
         .ok()?;
-    columns[found].column.get(position as usize)
+    Some(&columns[found].column)
+}
+
+fn keyed<'a>(columns: &'a [bindings::KeyedColumn], key: &str, position: u32) -> Option<&'a str> {
+    column_of(columns, key)?.get(position as usize)
 }
 
 fn every_key(
@@ -278,11 +286,7 @@ impl CandidateColumns {
     /// The column of the label `key` the strategy reads, if any candidate has it.
     #[must_use]
     pub fn label_column(&self, key: &str) -> Option<&bindings::StringColumn> {
-        let found = self
-            .labels
-            .binary_search_by(|column| column.key.as_str().cmp(key))
-            .ok()?;
-        Some(&self.labels[found].column)
+        column_of(&self.labels, key)
     }
 
     /// How many candidates there are.
