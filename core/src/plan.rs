@@ -241,6 +241,32 @@ pub fn known_alive(
     (handed_over || answered_probe) && answered && renew + grace > now
 }
 
+/// When the probe of an expired Lease's holder `winner` ([`probe_holder`]) stops being awaited:
+/// the close of its ping's window, while that ping is outstanding; `None` otherwise.
+///
+/// The probe's answer is the only sign of life the holder can give before the Lease is written
+/// back ([`known_alive`]). On a slow API server the probe and its answer queue behind other
+/// writes and the answer arrives after the expiry; pinging the holder's rivals in the meantime
+/// adds two writes per candidate that no election needs if the holder answers, and on a server
+/// whose write rate is the limit that stretches every other Lease's storm. A holder that crashed
+/// never answers: its window closes (no later than the expiry when the probe went out on time),
+/// it is left out, and its rivals are pinged then.
+#[must_use]
+pub fn awaited_probe(
+    lease: Option<&LeaseRecord>,
+    candidates: &[CandidateView],
+    winner: &str,
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<Timestamp> {
+    lease.filter(|lease| lease.holder() == Some(winner) && lease.is_free(now))?;
+    let candidate = candidates.iter().find(|c| c.name == winner)?;
+    match liveness(candidate, now, ack_window) {
+        Liveness::Pending { until } => Some(until),
+        Liveness::Fresh | Liveness::Stale | Liveness::Unresponsive => None,
+    }
+}
+
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -703,6 +729,70 @@ mod tests {
             let candidates = [candidate("y", renew, ping), candidate("z", renew, ping)];
             assert_eq!(
                 known_alive(lease, &candidates, winner, now, GRACE),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_expired_holder_s_outstanding_probe_is_awaited_until_its_window_closes() {
+        let now = at(100);
+        let lease = |holder: &str, renew: i64| LeaseRecord {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(at(renew)),
+            lease_duration_seconds: Some(10),
+            ..LeaseRecord::default()
+        };
+        let expired = lease("y", 88);
+        let table = [
+            (
+                "probed 3 s ago, no answer",
+                Some(&expired),
+                "y",
+                Some(80),
+                Some(97),
+                Some(at(102)),
+            ),
+            (
+                "probed 6 s ago, no answer: window closed",
+                Some(&expired),
+                "y",
+                Some(80),
+                Some(94),
+                None,
+            ),
+            (
+                "probe answered",
+                Some(&expired),
+                "y",
+                Some(98),
+                Some(97),
+                None,
+            ),
+            ("never probed", Some(&expired), "y", Some(80), None, None),
+            (
+                "the winner is not the holder",
+                Some(&expired),
+                "z",
+                Some(80),
+                Some(97),
+                None,
+            ),
+            (
+                "the Lease is live",
+                Some(&lease("y", 97)),
+                "y",
+                Some(80),
+                Some(97),
+                None,
+            ),
+            ("no Lease", None, "y", Some(80), Some(97), None),
+        ];
+        for (case, lease, winner, renew, ping, want) in table {
+            let candidates = [candidate("y", renew, ping), candidate("z", renew, ping)];
+            assert_eq!(
+                awaited_probe(lease, &candidates, winner, now, WINDOW),
                 want,
                 "{case}"
             );

@@ -17,8 +17,8 @@
 
 use crate::lease::LeaseRecord;
 use crate::plan::{
-    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered, known_alive,
-    plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
+    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
+    considered, known_alive, plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -402,9 +402,10 @@ impl Election {
     /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh,
     /// or alive by a sign this controller already has (the candidate a pre-empted holder released
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
-    /// [`Outcome::Write`] at once, without waiting for worse candidates. Otherwise ping every
-    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
-    /// ([`Outcome::Wait`]).
+    /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
+    /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
+    /// ([`awaited_probe`]). Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
+    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
@@ -438,6 +439,14 @@ impl Election {
             && known_alive(lease, &self.request.candidates, winner, now, alive_grace)
         {
             PingPlan::Elect
+        } else if let Some(recheck_at) = awaited_probe(
+            lease,
+            &self.request.candidates,
+            winner,
+            now,
+            self.ack_window,
+        ) {
+            PingPlan::Wait { recheck_at }
         } else {
             plan_pings(
                 &self.request.candidates,
@@ -735,6 +744,27 @@ mod tests {
                 vec![cand("a", OEV, Some(NOW - 8), Some(NOW - 9)), stale("b")],
                 Some("a"),
                 "take_over holder=a preferred=- strategy=OldestEmulationVersion",
+            ),
+            (
+                "expired holder a's probe is outstanding: await its answer, ping nobody yet",
+                Some(lease(Some("a"), NOW - 12, None)),
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 2)), stale("b")],
+                Some("a"),
+                "wait",
+            ),
+            (
+                "a live holder's ping outstanding: nothing to write, nothing to await",
+                Some(lease(Some("a"), NOW - 1, None)),
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 2)), stale("b")],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "released by a whose ping is outstanding: b is pinged as before",
+                Some(lease(Some(""), NOW - 1, None)),
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 2)), stale("b")],
+                Some("a"),
+                "ping b",
             ),
             (
                 "expired holder a never answered its probe: left out, b is pinged",
