@@ -267,6 +267,28 @@ pub fn awaited_probe(
     }
 }
 
+/// Until when a pre-emption of `lease`'s holder waits for the holder's first renewal: while it
+/// has not renewed since it acquired the Lease (`renewTime` not after `acquireTime`), for at most
+/// `ack_window` after the acquisition; `None` once it has renewed, or the wait is over.
+///
+/// A holder just written (by this controller's take-over, or by its own acquisition) renews
+/// within its first retry period (client-go: 2 s). A `preferredHolder` written before that
+/// renewal reaches the controller races it and is refused with a conflict, then retried; in a
+/// storm of hand-offs, every other pre-emption did. Written right after the renewal has been
+/// watched, it has until the next renewal to land. The wait is short and bounded, and the holder
+/// steps down the same way once asked.
+#[must_use]
+pub fn first_renewal_awaited(
+    lease: &LeaseRecord,
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<Timestamp> {
+    let acquired = lease.acquire_time?;
+    let renewed = lease.renew_time?;
+    let until = acquired + ack_window;
+    (renewed <= acquired && until > now).then_some(until)
+}
+
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -397,41 +419,35 @@ pub fn plan_writes(input: &WriteInput<'_>) -> Option<LeaseWrite> {
 /// ([`holder_overdue_at`]), then the instant after it expires, so that both are acted on without
 /// polling. `None` for a missing or free Lease (watch events cover those).
 #[must_use]
-pub fn recheck_at(
-    lease: Option<&LeaseRecord>,
-    now: Timestamp,
-    ack_window: Duration,
-) -> Option<Timestamp> {
+pub fn recheck_at(lease: Option<&LeaseRecord>, now: Timestamp) -> Option<Timestamp> {
     let lease = lease?;
     if lease.is_free(now) {
         return None;
     }
-    if let Some(overdue) = holder_overdue_at(lease, ack_window).filter(|at| *at > now) {
+    if let Some(overdue) = holder_overdue_at(lease).filter(|at| *at > now) {
         return Some(overdue);
     }
     lease.expires_at().map(|at| at + Duration::from_millis(1))
 }
 
-/// How long before a held Lease expires its holder's LeaseCandidate is pinged, beyond the ack
-/// window: room for the ping's own write and for timers firing late.
-pub const PROBE_MARGIN: Duration = Duration::from_secs(1);
-
-/// When the holder of a held Lease counts as overdue: it has not renewed ([`LeaseRecord::renewed_at`]) for half the lease
-/// duration, and no later than one ack window (plus [`PROBE_MARGIN`]) before the Lease expires.
-/// A holder renews every few seconds (client-go: every 2 s of a 15 s Lease), so a live one is
-/// never overdue; a crashed one is, early enough that a ping of its LeaseCandidate goes
-/// unanswered for a whole window before the Lease expires. The election at expiry then leaves
-/// the dead candidate out at once instead of pinging it and waiting out the window (upstream's
-/// crash failover: lease duration plus ack window).
+/// When the holder of a held Lease counts as overdue: it has not renewed
+/// ([`LeaseRecord::renewed_at`]) for half the lease duration. A holder renews every few seconds
+/// (client-go: every 2 s of a 15 s Lease), so a live one is never overdue; a crashed one is, early
+/// enough that a ping of its LeaseCandidate goes unanswered for a whole ack window before the
+/// Lease expires (whenever the Lease lasts at least twice the window plus a second; with 10 s and
+/// the 5 s window, the window closes as it expires). The election at expiry then leaves the dead
+/// candidate out at once instead of pinging it and waiting out the window (upstream's crash
+/// failover: lease duration plus ack window). A live holder whose renewals do not get through (an
+/// API server with more writes than it can take) has the rest of the Lease for its answer to
+/// arrive, which then counts at the expiry ([`known_alive`]) instead of a ping of every candidate.
 ///
 /// `None` for a Lease without a holder, renewal time or duration.
 #[must_use]
-pub fn holder_overdue_at(lease: &LeaseRecord, ack_window: Duration) -> Option<Timestamp> {
+pub fn holder_overdue_at(lease: &LeaseRecord) -> Option<Timestamp> {
     lease.holder()?;
     let renew = lease.renewed_at()?;
     let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
-    let before_expiry = duration.saturating_sub(ack_window + PROBE_MARGIN);
-    Some(renew + before_expiry.max(duration / 2))
+    Some(renew + duration / 2)
 }
 
 /// The holder's LeaseCandidate to ping now, before the Lease expires: the Lease is held and not
@@ -446,7 +462,7 @@ pub fn probe_holder<'a>(
     ack_window: Duration,
 ) -> Option<&'a str> {
     let lease = lease.filter(|lease| !lease.is_free(now))?;
-    if holder_overdue_at(lease, ack_window)? > now {
+    if holder_overdue_at(lease)? > now {
         return None;
     }
     let holder = lease.holder()?;
@@ -800,6 +816,35 @@ mod tests {
     }
 
     #[test]
+    fn a_pre_emption_waits_for_the_new_holder_s_first_renewal_within_the_ack_window() {
+        let lease = |acquired: i64, renewed: i64| LeaseRecord {
+            holder_identity: Some("y".into()),
+            acquire_time: Some(at(acquired)),
+            renew_time: Some(at(renewed)),
+            ..LeaseRecord::default()
+        };
+        let now = at(100);
+        let table = [
+            (
+                "acquired 2 s ago, not renewed",
+                lease(98, 98),
+                Some(at(103)),
+            ),
+            ("acquired 2 s ago, renewed since", lease(98, 99), None),
+            (
+                "acquired 5 s ago, not renewed: the wait is over",
+                lease(95, 95),
+                None,
+            ),
+            ("acquired long ago, renewed since", lease(10, 99), None),
+            ("no acquireTime", LeaseRecord::default(), None),
+        ];
+        for (case, lease, want) in table {
+            assert_eq!(first_renewal_awaited(&lease, now, WINDOW), want, "{case}");
+        }
+    }
+
+    #[test]
     fn a_releaser_without_a_sign_of_life_is_set_aside_while_someone_else_can_lead() {
         let now = at(100);
         let release = Release {
@@ -1091,21 +1136,21 @@ mod tests {
 
     #[test]
     fn recheck_when_the_holder_becomes_overdue_then_when_the_lease_expires() {
-        // Held for 10 s from 95: overdue at 95 + max(5, 10 - 2 - 1) = 102, expired after 105.
+        // Held for 10 s from 95: overdue at half of it, 100; expired after 105.
         let lease = held(Some("a"), 95, None);
-        let window = Duration::from_secs(2);
-        assert_eq!(recheck_at(Some(&lease), at(100), window), Some(at(102)));
+        assert_eq!(recheck_at(Some(&lease), at(99)), Some(at(100)));
         assert_eq!(
-            recheck_at(Some(&lease), at(102), window),
+            recheck_at(Some(&lease), at(100)),
             Some(at(105) + Duration::from_millis(1))
         );
-        // An ack window as long as the Lease: overdue at half the lease duration.
-        assert_eq!(recheck_at(Some(&lease), at(99), WINDOW * 2), Some(at(100)));
-        assert_eq!(
-            recheck_at(Some(&held(Some(""), 99, None)), at(100), window),
-            None
-        );
-        assert_eq!(recheck_at(None, at(100), window), None);
+        // Held for 60 s: overdue after 30, with 25 s left for a late answer to arrive.
+        let long = LeaseRecord {
+            lease_duration_seconds: Some(60),
+            ..held(Some("a"), 95, None)
+        };
+        assert_eq!(recheck_at(Some(&long), at(100)), Some(at(125)));
+        assert_eq!(recheck_at(Some(&held(Some(""), 99, None)), at(100)), None);
+        assert_eq!(recheck_at(None, at(100)), None);
     }
 
     #[test]
@@ -1117,16 +1162,16 @@ mod tests {
             candidate("b", Some(40), None),
         ];
         assert_eq!(
-            probe_holder(Some(&lease), &stale, at(101), window),
+            probe_holder(Some(&lease), &stale, at(99), window),
             None,
             "not overdue yet"
         );
         assert_eq!(
-            probe_holder(Some(&lease), &stale, at(102), window),
+            probe_holder(Some(&lease), &stale, at(100), window),
             Some("a"),
-            "overdue: only the holder is pinged"
+            "overdue after half the lease duration: only the holder is pinged"
         );
-        let pinged = [candidate("a", Some(40), Some(102))];
+        let pinged = [candidate("a", Some(40), Some(100))];
         assert_eq!(probe_holder(Some(&lease), &pinged, at(103), window), None);
         let fresh = [candidate("a", Some(102), None)];
         assert_eq!(probe_holder(Some(&lease), &fresh, at(103), window), None);

@@ -18,7 +18,8 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
-    considered, known_alive, plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
+    considered, first_renewal_awaited, known_alive, plan_pings, plan_writes, probe_holder,
+    recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -238,8 +239,9 @@ pub enum Outcome {
         /// When the pings' window closes.
         recheck_at: Timestamp,
     },
-    /// A write is needed but the winner's ping is outstanding: look again at `recheck_at`, or
-    /// sooner on its ack.
+    /// A write is needed but the winner's ping is outstanding, or the holder to pre-empt has not
+    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]): look again
+    /// at `recheck_at`, or sooner on the ack or the renewal.
     Wait {
         /// The best candidate.
         winner: String,
@@ -331,7 +333,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     if pool.is_empty() {
         return skip(
             SkipReason::AllUnresponsive { strategy },
-            recheck_at(input.lease, now, config.ack_window),
+            recheck_at(input.lease, now),
         );
     }
     let lease = input.lease;
@@ -404,15 +406,17 @@ impl Election {
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
     /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
     /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
-    /// ([`awaited_probe`]). Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
-    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
+    /// ([`awaited_probe`]). A pre-emption of a holder that has not renewed since it acquired the
+    /// Lease: [`Outcome::Wait`] for that renewal ([`first_renewal_awaited`]). Otherwise ping every
+    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
+    /// ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
         let lease = self.lease.as_ref();
         let Some(winner) = answer else {
             return Outcome::NoWinner {
-                recheck_at: recheck_at(lease, now, self.ack_window),
+                recheck_at: recheck_at(lease, now),
             };
         };
         let names: Vec<&str> = self.candidate_names.iter().map(String::as_str).collect();
@@ -428,11 +432,20 @@ impl Election {
         }) else {
             return Outcome::Unchanged {
                 winner: winner.into(),
-                recheck_at: recheck_at(lease, now, self.ack_window),
+                recheck_at: recheck_at(lease, now),
                 probe: probe_holder(lease, &self.request.candidates, now, self.ack_window)
                     .map(Into::into),
             };
         };
+        if write.kind == WriteKind::Preempt
+            && let Some(recheck_at) =
+                lease.and_then(|lease| first_renewal_awaited(lease, now, self.ack_window))
+        {
+            return Outcome::Wait {
+                winner: winner.into(),
+                recheck_at,
+            };
+        }
         let alive_grace =
             Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
         let pings = if write.kind == WriteKind::TakeOver
@@ -541,7 +554,7 @@ mod tests {
             strategy: None,
             lease_duration_seconds: Some(10),
             renew_time: Some(at(renew)),
-            acquire_time: Some(at(renew)),
+            acquire_time: Some(at(renew - 60)),
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
@@ -793,6 +806,16 @@ mod tests {
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
                 "preempt holder=b preferred=a strategy=OldestEmulationVersion",
+            ),
+            (
+                "live worse holder acquired 1 s ago, not renewed since: wait for its renewal",
+                Some(LeaseRecord {
+                    acquire_time: Some(at(NOW - 1)),
+                    ..lease(Some("b"), NOW - 1, None)
+                }),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "wait",
             ),
             (
                 "holder already asked to step down: nothing",
@@ -1075,18 +1098,19 @@ mod tests {
                 .map(|c| c.name.clone());
             election.apply_answer(winner.as_deref())
         };
-        // Overdue at NOW + max(7.5, 15 - 5 - 1) = NOW + 9: before that, nothing to do.
+        // Overdue at half the lease duration, NOW + 7.5: before that, nothing to do.
         let alive = [
             oldest("a", NOW - 100, None),
             cand("b", OEV, Some(NOW - 100), None),
         ];
         assert!(matches!(
-            step(&alive, NOW + 8),
-            Outcome::Unchanged { probe: None, recheck_at: Some(r), .. } if r == at(NOW + 9)
+            step(&alive, NOW + 7),
+            Outcome::Unchanged { probe: None, recheck_at: Some(r), .. }
+                if r == at(NOW + 7) + Duration::from_millis(500)
         ));
         let Outcome::Unchanged {
             probe, recheck_at, ..
-        } = step(&alive, NOW + 9)
+        } = step(&alive, NOW + 8)
         else {
             panic!("unchanged");
         };
@@ -1096,10 +1120,10 @@ mod tests {
             "the holder's candidate is pinged"
         );
         assert_eq!(recheck_at, Some(at(NOW + 15) + Duration::from_millis(1)));
-        // Pinged at NOW + 9, never answered: at expiry it is left out, and b, pinged now, wins
+        // Pinged at NOW + 8, never answered: at expiry it is left out, and b, pinged now, wins
         // as soon as it acks.
         let dead = [
-            oldest("a", NOW - 100, Some(NOW + 9)),
+            oldest("a", NOW - 100, Some(NOW + 8)),
             cand("b", OEV, Some(NOW - 100), None),
         ];
         let Outcome::Ping {
@@ -1110,7 +1134,7 @@ mod tests {
         };
         assert_eq!((winner.as_str(), candidates), ("b", vec!["b".to_string()]));
         let acked = [
-            oldest("a", NOW - 100, Some(NOW + 9)),
+            oldest("a", NOW - 100, Some(NOW + 8)),
             cand("b", OEV, Some(NOW + 16), Some(NOW + 16)),
         ];
         let Outcome::Write { winner, write, .. } = step(&acked, NOW + 16) else {

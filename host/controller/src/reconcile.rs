@@ -367,7 +367,7 @@ async fn write_lease(
             ctx.events.publish(Some(&written), key, reason, message);
             let record = lease_record(&written);
             Ok((
-                next_at(plan::recheck_at(Some(&record), now, ctx.config.ack_window)),
+                next_at(plan::recheck_at(Some(&record), now)),
                 Progress::Written {
                     strategy: strategy.to_owned(),
                     at: written_at,
