@@ -267,28 +267,6 @@ pub fn awaited_probe(
     }
 }
 
-/// Until when a pre-emption of `lease`'s holder waits for the holder's first renewal: while it
-/// has not renewed since it acquired the Lease (`renewTime` not after `acquireTime`), for at most
-/// `ack_window` after the acquisition; `None` once it has renewed, or the wait is over.
-///
-/// A holder just written (by this controller's take-over, or by its own acquisition) renews
-/// within its first retry period (client-go: 2 s). A `preferredHolder` written before that
-/// renewal reaches the controller races it and is refused with a conflict, then retried; in a
-/// storm of hand-offs, every other pre-emption did. Written right after the renewal has been
-/// watched, it has until the next renewal to land. The wait is short and bounded, and the holder
-/// steps down the same way once asked.
-#[must_use]
-pub fn first_renewal_awaited(
-    lease: &LeaseRecord,
-    now: Timestamp,
-    ack_window: Duration,
-) -> Option<Timestamp> {
-    let acquired = lease.acquire_time?;
-    let renewed = lease.renew_time?;
-    let until = acquired + ack_window;
-    (renewed <= acquired && until > now).then_some(until)
-}
-
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -434,8 +412,8 @@ pub fn recheck_at(lease: Option<&LeaseRecord>, now: Timestamp) -> Option<Timesta
 /// ([`LeaseRecord::renewed_at`]) for half the lease duration. A holder renews every few seconds
 /// (client-go: every 2 s of a 15 s Lease), so a live one is never overdue; a crashed one is, early
 /// enough that a ping of its LeaseCandidate goes unanswered for a whole ack window before the
-/// Lease expires (whenever the Lease lasts at least twice the window plus a second; with 10 s and
-/// the 5 s window, the window closes as it expires). The election at expiry then leaves the dead
+/// Lease expires (a second or more before it for Leases of 12 s or longer with the 5 s window; at
+/// its expiry for 10 s). The election at expiry then leaves the dead
 /// candidate out at once instead of pinging it and waiting out the window (upstream's crash
 /// failover: lease duration plus ack window). A live holder whose renewals do not get through (an
 /// API server with more writes than it can take) has the rest of the Lease for its answer to
@@ -812,35 +790,6 @@ mod tests {
                 want,
                 "{case}"
             );
-        }
-    }
-
-    #[test]
-    fn a_pre_emption_waits_for_the_new_holder_s_first_renewal_within_the_ack_window() {
-        let lease = |acquired: i64, renewed: i64| LeaseRecord {
-            holder_identity: Some("y".into()),
-            acquire_time: Some(at(acquired)),
-            renew_time: Some(at(renewed)),
-            ..LeaseRecord::default()
-        };
-        let now = at(100);
-        let table = [
-            (
-                "acquired 2 s ago, not renewed",
-                lease(98, 98),
-                Some(at(103)),
-            ),
-            ("acquired 2 s ago, renewed since", lease(98, 99), None),
-            (
-                "acquired 5 s ago, not renewed: the wait is over",
-                lease(95, 95),
-                None,
-            ),
-            ("acquired long ago, renewed since", lease(10, 99), None),
-            ("no acquireTime", LeaseRecord::default(), None),
-        ];
-        for (case, lease, want) in table {
-            assert_eq!(first_renewal_awaited(&lease, now, WINDOW), want, "{case}");
         }
     }
 

@@ -18,8 +18,7 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
-    considered, first_renewal_awaited, known_alive, plan_pings, plan_writes, probe_holder,
-    recheck_at, set_aside_releaser,
+    considered, known_alive, plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -239,9 +238,8 @@ pub enum Outcome {
         /// When the pings' window closes.
         recheck_at: Timestamp,
     },
-    /// A write is needed but the winner's ping is outstanding, or the holder to pre-empt has not
-    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]): look again
-    /// at `recheck_at`, or sooner on the ack or the renewal.
+    /// A write is needed but the winner's ping is outstanding: look again at `recheck_at`, or
+    /// sooner on its ack.
     Wait {
         /// The best candidate.
         winner: String,
@@ -406,8 +404,7 @@ impl Election {
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
     /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
     /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
-    /// ([`awaited_probe`]). A pre-emption of a holder that has not renewed since it acquired the
-    /// Lease: [`Outcome::Wait`] for that renewal ([`first_renewal_awaited`]). Otherwise ping every
+    /// ([`awaited_probe`]). Otherwise ping every
     /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
     /// ([`Outcome::Wait`]).
     #[must_use]
@@ -437,15 +434,6 @@ impl Election {
                     .map(Into::into),
             };
         };
-        if write.kind == WriteKind::Preempt
-            && let Some(recheck_at) =
-                lease.and_then(|lease| first_renewal_awaited(lease, now, self.ack_window))
-        {
-            return Outcome::Wait {
-                winner: winner.into(),
-                recheck_at,
-            };
-        }
         let alive_grace =
             Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
         let pings = if write.kind == WriteKind::TakeOver
@@ -554,7 +542,7 @@ mod tests {
             strategy: None,
             lease_duration_seconds: Some(10),
             renew_time: Some(at(renew)),
-            acquire_time: Some(at(renew - 60)),
+            acquire_time: Some(at(renew)),
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
@@ -806,16 +794,6 @@ mod tests {
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
                 "preempt holder=b preferred=a strategy=OldestEmulationVersion",
-            ),
-            (
-                "live worse holder acquired 1 s ago, not renewed since: wait for its renewal",
-                Some(LeaseRecord {
-                    acquire_time: Some(at(NOW - 1)),
-                    ..lease(Some("b"), NOW - 1, None)
-                }),
-                vec![fresh("a"), fresh("b")],
-                Some("a"),
-                "wait",
             ),
             (
                 "holder already asked to step down: nothing",
