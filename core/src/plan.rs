@@ -413,11 +413,11 @@ pub fn recheck_at(lease: Option<&LeaseRecord>, now: Timestamp) -> Option<Timesta
 /// (client-go: every 2 s of a 15 s Lease), so a live one is never overdue; a crashed one is, early
 /// enough that a ping of its LeaseCandidate goes unanswered for a whole ack window before the
 /// Lease expires (a second or more before it for Leases of 12 s or longer with the 5 s window; at
-/// its expiry for 10 s). The election at expiry then leaves the dead
-/// candidate out at once instead of pinging it and waiting out the window (upstream's crash
-/// failover: lease duration plus ack window). A live holder whose renewals do not get through (an
-/// API server with more writes than it can take) has the rest of the Lease for its answer to
-/// arrive, which then counts at the expiry ([`known_alive`]) instead of a ping of every candidate.
+/// its expiry for 10 s). The election at expiry then leaves the dead candidate out at once
+/// instead of pinging it and waiting out the window (upstream's crash failover: lease duration
+/// plus ack window). A live holder whose renewals do not get through (an API server with more
+/// writes than it can take) has the rest of the Lease for its answer to arrive, which then counts
+/// at the expiry ([`known_alive`]) instead of a ping of every candidate.
 ///
 /// `None` for a Lease without a holder, renewal time or duration.
 #[must_use]
@@ -732,13 +732,7 @@ mod tests {
     #[test]
     fn an_expired_holder_s_outstanding_probe_is_awaited_until_its_window_closes() {
         let now = at(100);
-        let lease = |holder: &str, renew: i64| LeaseRecord {
-            holder_identity: Some(holder.into()),
-            renew_time: Some(at(renew)),
-            lease_duration_seconds: Some(10),
-            ..LeaseRecord::default()
-        };
-        let expired = lease("y", 88);
+        let expired = held(Some("y"), 88, None);
         let table = [
             (
                 "probed 3 s ago, no answer",
@@ -775,7 +769,7 @@ mod tests {
             ),
             (
                 "the Lease is live",
-                Some(&lease("y", 97)),
+                Some(&held(Some("y"), 97, None)),
                 "y",
                 Some(80),
                 Some(97),

@@ -404,9 +404,8 @@ impl Election {
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
     /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
     /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
-    /// ([`awaited_probe`]). Otherwise ping every
-    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
-    /// ([`Outcome::Wait`]).
+    /// ([`awaited_probe`]). Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
+    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
