@@ -18,7 +18,8 @@
 //! controller's default) and `CONCLAVE_BENCH_WAIT_SECS` (longest wait for a phase to settle,
 //! default 600; the bench fails past it, and a failing bench kills the controller it started),
 //! `CONCLAVE_BENCH_CONCLAVE` (the `conclave` binary to run, default the one cargo built with the
-//! bench; worktrees sharing one target directory overwrite each other's).
+//! bench; worktrees sharing one target directory overwrite each other's) and
+//! `CONCLAVE_BENCH_LOG` (the controller's `RUST_LOG`, default `warn`; its log goes to stderr).
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
@@ -93,12 +94,15 @@ fn usage(pid: u32) -> (f64, f64, f64) {
 }
 
 /// The controller's counters that tell whether it worked: Lease writes (creates and updates, and
-/// how many of them were refused with a conflict), elections by what they wrote, pings and
-/// strategy calls.
+/// how many of them were refused with a conflict, and by which kind of election write),
+/// elections by what they wrote, pings and strategy calls.
 #[derive(Clone, Copy, Default)]
 struct Counters {
     lease_writes: f64,
     lease_conflicts: f64,
+    take_over_conflicts: f64,
+    preempt_conflicts: f64,
+    clear_conflicts: f64,
     take_overs: f64,
     preemptions: f64,
     preferred_cleared: f64,
@@ -112,6 +116,9 @@ impl std::ops::Sub for Counters {
         Self {
             lease_writes: self.lease_writes - earlier.lease_writes,
             lease_conflicts: self.lease_conflicts - earlier.lease_conflicts,
+            take_over_conflicts: self.take_over_conflicts - earlier.take_over_conflicts,
+            preempt_conflicts: self.preempt_conflicts - earlier.preempt_conflicts,
+            clear_conflicts: self.clear_conflicts - earlier.clear_conflicts,
             take_overs: self.take_overs - earlier.take_overs,
             preemptions: self.preemptions - earlier.preemptions,
             preferred_cleared: self.preferred_cleared - earlier.preferred_cleared,
@@ -168,6 +175,9 @@ async fn snapshot(pid: u32, metrics: SocketAddr) -> Snapshot {
                 WRITES,
                 &["operation=\"lease_", "result=\"conflict\""],
             ),
+            take_over_conflicts: sum(&text, ELECTIONS, &["outcome=\"conflict_take_over\""]),
+            preempt_conflicts: sum(&text, ELECTIONS, &["outcome=\"conflict_preempt\""]),
+            clear_conflicts: sum(&text, ELECTIONS, &["outcome=\"conflict_clear_preferred\""]),
             take_overs: sum(&text, ELECTIONS, &["outcome=\"take_over\""]),
             preemptions: sum(&text, ELECTIONS, &["outcome=\"preempt\""]),
             preferred_cleared: sum(&text, ELECTIONS, &["outcome=\"clear_preferred\""]),
@@ -584,11 +594,14 @@ fn row(phase: &str, wall: &str, from: &Snapshot, to: &Snapshot, window: Option<D
     };
     let c = to.counters - from.counters;
     println!(
-        "| {phase} | {wall} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} |",
+        "| {phase} | {wall} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}: {:.0} / {:.0} / {:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} |",
         to.rss,
         to.peak_rss,
         c.lease_writes,
         c.lease_conflicts,
+        c.take_over_conflicts,
+        c.preempt_conflicts,
+        c.clear_conflicts,
         c.take_overs,
         c.preemptions,
         c.preferred_cleared,
@@ -642,7 +655,10 @@ async fn main() {
             "--workers",
             &workers.to_string(),
         ])
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("CONCLAVE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("conclave run starts"),
@@ -779,7 +795,7 @@ async fn main() {
         renew_every.as_secs()
     );
     println!(
-        "| phase | wall time | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (of which conflicts) | take-overs / pre-emptions / preferredHolder cleared | pings | strategy calls |"
+        "| phase | wall time | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (conflicts: at take-over / pre-emption / clearing) | take-overs / pre-emptions / preferredHolder cleared | pings | strategy calls |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     let zero = Snapshot {

@@ -36,6 +36,10 @@ pub enum ElectionOutcome {
     NoWinner,
     /// The Lease write failed (not a conflict).
     WriteError,
+    /// The Lease write was refused with a conflict: it raced another writer (the holder's
+    /// renewal, most often), and the step was retried on a fresh read. Labelled `conflict_` and
+    /// the [`WriteKind::label`], so an operator sees which kind of write loses its races.
+    Conflict(WriteKind),
 }
 
 impl ElectionOutcome {
@@ -48,6 +52,10 @@ impl ElectionOutcome {
             Self::PluginError => "plugin_error",
             Self::NoWinner => "no_winner",
             Self::WriteError => "write_error",
+            Self::Conflict(WriteKind::Create) => "conflict_create",
+            Self::Conflict(WriteKind::TakeOver) => "conflict_take_over",
+            Self::Conflict(WriteKind::Preempt) => "conflict_preempt",
+            Self::Conflict(WriteKind::ClearPreferred) => "conflict_clear_preferred",
         }
     }
 }
@@ -329,6 +337,7 @@ mod tests {
         let metrics = Metrics::new(&mut registry);
         metrics.write(Operation::LeaseCreate, WriteResult::Conflict);
         metrics.election("S", ElectionOutcome::Written(WriteKind::TakeOver));
+        metrics.election("S", ElectionOutcome::Conflict(WriteKind::Preempt));
         metrics.write_dropped(Operation::Ping);
         metrics
             .plugin_errors
@@ -347,6 +356,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"conclave_elections_total{strategy="S",outcome="take_over"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"conclave_elections_total{strategy="S",outcome="conflict_preempt"} 1"#),
             "{text}"
         );
         assert!(

@@ -374,7 +374,12 @@ async fn write_lease(
                 },
             ))
         }
-        Err(WriteError::Conflict) => Err(StepError::Conflict),
+        Err(WriteError::Conflict) => {
+            ctx.metrics
+                .election(strategy, ElectionOutcome::Conflict(kind));
+            tracing::debug!(write = kind.label(), "the Lease write raced another writer");
+            Err(StepError::Conflict)
+        }
         Err(WriteError::NotLeading) => Err(StepError::Retry),
         Err(error @ (WriteError::Api(_) | WriteError::Timeout(_))) => {
             ctx.metrics.election(strategy, ElectionOutcome::WriteError);
