@@ -267,6 +267,33 @@ pub fn awaited_probe(
     }
 }
 
+/// Until when a pre-emption of `lease`'s holder waits for the holder's first renewal: while it
+/// has not renewed since it acquired the Lease (`renewTime` not after `acquireTime`), until the
+/// earlier of one `ack_window` and half the Lease's duration after the acquisition; `None` once it
+/// has renewed, or once the wait is over.
+///
+/// A holder just written (by this controller's take-over, or by its own acquisition) renews
+/// within its first retry period (client-go: 2 s). A `preferredHolder` written before that
+/// renewal reaches the controller races it and is refused with a conflict, then retried; in a
+/// storm of hand-offs, every other pre-emption did. Written right after the renewal has been
+/// watched, it has until the next renewal to land. The wait ends at half the duration at the
+/// latest, when a holder that has not renewed is overdue and probed anyway
+/// ([`holder_overdue_at`]): the pre-emption of a holder that never renews is then up for the
+/// second half of its Lease (2.5 s of a 5 s Lease) instead of vanishing in the take-over at
+/// expiry.
+#[must_use]
+pub fn first_renewal_awaited(
+    lease: &LeaseRecord,
+    now: Timestamp,
+    ack_window: Duration,
+) -> Option<Timestamp> {
+    let acquired = lease.acquire_time?;
+    let renewed = lease.renew_time?;
+    let half_duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?) / 2;
+    let until = acquired + ack_window.min(half_duration);
+    (renewed <= acquired && until > now).then_some(until)
+}
+
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -784,6 +811,46 @@ mod tests {
                 want,
                 "{case}"
             );
+        }
+    }
+
+    #[test]
+    fn a_pre_emption_waits_for_the_new_holder_s_first_renewal_at_most_half_its_lease() {
+        let lease = |acquired: i64, renewed: i64, seconds: i32| LeaseRecord {
+            holder_identity: Some("y".into()),
+            acquire_time: Some(at(acquired)),
+            renew_time: Some(at(renewed)),
+            lease_duration_seconds: Some(seconds),
+            ..LeaseRecord::default()
+        };
+        let now = at(100);
+        let table = [
+            (
+                "acquired 2 s ago, not renewed, 15 s Lease: the ack window bounds the wait",
+                lease(98, 98, 15),
+                Some(at(103)),
+            ),
+            (
+                "acquired 1 s ago, not renewed, 5 s Lease: half the Lease bounds the wait",
+                lease(99, 99, 5),
+                Some(at(99) + Duration::from_millis(2500)),
+            ),
+            (
+                "acquired 3 s ago, not renewed, 5 s Lease: the wait is over at half the Lease",
+                lease(97, 97, 5),
+                None,
+            ),
+            ("acquired 2 s ago, renewed since", lease(98, 99, 15), None),
+            (
+                "acquired 5 s ago, not renewed: the wait is over",
+                lease(95, 95, 15),
+                None,
+            ),
+            ("acquired long ago, renewed since", lease(10, 99, 15), None),
+            ("no acquireTime", LeaseRecord::default(), None),
+        ];
+        for (case, lease, want) in table {
+            assert_eq!(first_renewal_awaited(&lease, now, WINDOW), want, "{case}");
         }
     }
 

@@ -18,7 +18,8 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
-    considered, known_alive, plan_pings, plan_writes, probe_holder, recheck_at, set_aside_releaser,
+    considered, first_renewal_awaited, known_alive, plan_pings, plan_writes, probe_holder,
+    recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -238,8 +239,9 @@ pub enum Outcome {
         /// When the pings' window closes.
         recheck_at: Timestamp,
     },
-    /// A write is needed but the winner's ping is outstanding: look again at `recheck_at`, or
-    /// sooner on its ack.
+    /// A write is needed but the winner's ping is outstanding, or the holder to pre-empt has not
+    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]): look again
+    /// at `recheck_at`, or sooner on the ack or the renewal.
     Wait {
         /// The best candidate.
         winner: String,
@@ -404,8 +406,10 @@ impl Election {
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
     /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
     /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
-    /// ([`awaited_probe`]). Otherwise ping every candidate that is not fresh ([`Outcome::Ping`])
-    /// or wait for the winner's outstanding ping ([`Outcome::Wait`]).
+    /// ([`awaited_probe`]). A pre-emption of a holder that has not renewed since it acquired the
+    /// Lease: [`Outcome::Wait`] for that renewal ([`first_renewal_awaited`]). Otherwise ping every
+    /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
+    /// ([`Outcome::Wait`]).
     #[must_use]
     pub fn apply_answer(&self, answer: Option<&str>) -> Outcome {
         let now = self.request.now;
@@ -433,6 +437,15 @@ impl Election {
                     .map(Into::into),
             };
         };
+        if write.kind == WriteKind::Preempt
+            && let Some(recheck_at) =
+                lease.and_then(|lease| first_renewal_awaited(lease, now, self.ack_window))
+        {
+            return Outcome::Wait {
+                winner: winner.into(),
+                recheck_at,
+            };
+        }
         let alive_grace =
             Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
         let pings = if write.kind == WriteKind::TakeOver
@@ -541,7 +554,7 @@ mod tests {
             strategy: None,
             lease_duration_seconds: Some(10),
             renew_time: Some(at(renew)),
-            acquire_time: Some(at(renew)),
+            acquire_time: Some(at(renew - 60)),
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
@@ -793,6 +806,16 @@ mod tests {
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
                 "preempt holder=b preferred=a strategy=OldestEmulationVersion",
+            ),
+            (
+                "live worse holder acquired 1 s ago, not renewed since: wait for its renewal",
+                Some(LeaseRecord {
+                    acquire_time: Some(at(NOW - 1)),
+                    ..lease(Some("b"), NOW - 1, None)
+                }),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "wait",
             ),
             (
                 "holder already asked to step down: nothing",

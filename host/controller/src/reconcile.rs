@@ -199,7 +199,7 @@ async fn step(
             Ok((Next::At(recheck_at), Progress::Continues))
         }
         Outcome::Wait { winner, recheck_at } => {
-            tracing::debug!(%winner, "waiting for acks");
+            tracing::debug!(%winner, "waiting for an ack, or for the holder to pre-empt to renew first");
             Ok((Next::At(recheck_at), Progress::Continues))
         }
         Outcome::Write {
