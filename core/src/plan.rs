@@ -4,7 +4,8 @@
 //! [`crate::step`] composes them into one step per reconcile of a Lease key:
 //!
 //! 1. [`considered`]: live candidates, minus those that were pinged and never acked within the ack
-//!    window (left out until they renew by themselves, so each is pinged at most once per window);
+//!    window (left out until they renew by themselves, so each is pinged at most once per window;
+//!    the holder of an unexpired Lease stays in until the Lease expires);
 //! 2. the strategy plugin names the best of the considered candidates;
 //! 3. [`plan_writes`]: what the Lease would need if that candidate won; nothing means no election
 //!    is needed (and [`recheck_at`] says when the Lease may expire);
@@ -96,16 +97,31 @@ pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Opti
     candidate.renew_time.map(|renew| renew + expiry)
 }
 
-/// The candidates an election may consider: all but the unresponsive ones.
+/// The candidates an election may consider: all but the unresponsive ones, except the holder of
+/// `lease` while the Lease has not expired.
+///
+/// A holder whose probe went unanswered ([`probe_holder`]) is either dead or too slow to answer
+/// (its renewals and its answer queue behind an overloaded API server). Pre-empting it for a
+/// worse candidate helps neither: a dead holder never reads `preferredHolder`, so the Lease goes
+/// to the next best at its expiry all the same, and a slow one would hand over a Lease it keeps
+/// renewing, with the `preferredHolder` write racing those renewals, and be pre-empted back once
+/// its answer arrives. So it keeps its Lease until the Lease expires, and is left out then.
 #[must_use]
 pub fn considered(
     candidates: &[CandidateView],
+    lease: Option<&LeaseRecord>,
     now: Timestamp,
     ack_window: Duration,
 ) -> Vec<CandidateView> {
+    let valid_holder = lease
+        .filter(|lease| !lease.is_free(now))
+        .and_then(LeaseRecord::holder);
     candidates
         .iter()
-        .filter(|c| liveness(c, now, ack_window) != Liveness::Unresponsive)
+        .filter(|c| {
+            valid_holder == Some(c.name.as_str())
+                || liveness(c, now, ack_window) != Liveness::Unresponsive
+        })
         .cloned()
         .collect()
 }
@@ -924,11 +940,44 @@ mod tests {
             candidate("live", Some(99), None),
             candidate("pinged", Some(10), Some(98)),
         ];
-        let names: Vec<String> = considered(&cands, at(100), WINDOW)
+        let names: Vec<String> = considered(&cands, None, at(100), WINDOW)
             .into_iter()
             .map(|c| c.name)
             .collect();
         assert_eq!(names, vec!["live", "pinged"]);
+    }
+
+    #[test]
+    fn an_unresponsive_holder_is_considered_until_its_lease_expires() {
+        let cands = [
+            candidate("holder", Some(10), Some(90)),
+            candidate("live", Some(99), None),
+        ];
+        let held_until = |expires: i64| LeaseRecord {
+            holder_identity: Some("holder".into()),
+            renew_time: Some(at(expires - 10)),
+            lease_duration_seconds: Some(10),
+            ..LeaseRecord::default()
+        };
+        let table = [
+            ("unexpired Lease", held_until(101), vec!["holder", "live"]),
+            ("expired Lease", held_until(99), vec!["live"]),
+            (
+                "released Lease",
+                LeaseRecord {
+                    holder_identity: Some(String::new()),
+                    ..held_until(101)
+                },
+                vec!["live"],
+            ),
+        ];
+        for (case, lease, want) in table {
+            let names: Vec<String> = considered(&cands, Some(&lease), at(100), WINDOW)
+                .into_iter()
+                .map(|c| c.name)
+                .collect();
+            assert_eq!(names, want, "{case}");
+        }
     }
 
     #[test]

@@ -277,7 +277,8 @@ impl Outcome {
 ///   with different strategies: [`SkipReason::Conflict`];
 /// - a strategy the mode leaves to the built-in controller: [`SkipReason::NotHandled`];
 /// - a strategy no plugin implements: [`SkipReason::UnknownStrategy`];
-/// - candidates pinged and never acked are left out ([`considered`]), and so is the instance that
+/// - candidates pinged and never acked are left out, but for the holder of an unexpired Lease
+///   ([`considered`]), and so is the instance that
 ///   released the Lease while it shows no life since and someone else can lead
 ///   ([`set_aside_releaser`]); none left: [`SkipReason::AllUnresponsive`];
 /// - otherwise the strategy is asked to choose among the rest.
@@ -323,7 +324,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     {
         return skip(SkipReason::Settling { strategy }, Some(settled));
     }
-    let mut pool = considered(&candidates, now, config.ack_window);
+    let mut pool = considered(&candidates, input.lease, now, config.ack_window);
     let releaser_to_ping = set_aside_releaser(
         &mut pool,
         input.lease.and_then(LeaseRecord::released),
@@ -904,6 +905,20 @@ mod tests {
             (
                 "every candidate pinged and silent: wait for a renewal",
                 None,
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 10))],
+                Some("a"),
+                "skip: all unresponsive",
+            ),
+            (
+                "the holder pinged and silent, its Lease unexpired: it keeps the Lease",
+                Some(lease(Some("a"), NOW - 5, None)),
+                vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 10))],
+                Some("a"),
+                "unchanged",
+            ),
+            (
+                "the holder pinged and silent, its Lease expired: wait for a renewal",
+                Some(lease(Some("a"), NOW - 11, None)),
                 vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 10))],
                 Some("a"),
                 "skip: all unresponsive",
