@@ -284,9 +284,9 @@ pub fn awaited_probe(
 }
 
 /// Until when a pre-emption of `lease`'s holder waits for the holder's first renewal: while it
-/// has not renewed since it acquired the Lease (`renewTime` not after `acquireTime`), until the
-/// earlier of one `ack_window` and half the Lease's duration after the acquisition; `None` once it
-/// has renewed, or once the wait is over.
+/// has not renewed since it acquired the Lease (`renewTime` not after `acquireTime`), until half
+/// the Lease's duration after the acquisition; `None` once it has renewed, or once the wait is
+/// over.
 ///
 /// A holder just written (by this controller's take-over, or by its own acquisition) renews
 /// within its first retry period (client-go: 2 s). A `preferredHolder` written before that
@@ -296,17 +296,14 @@ pub fn awaited_probe(
 /// latest, when a holder that has not renewed is overdue and probed anyway
 /// ([`holder_overdue_at`]): the pre-emption of a holder that never renews is then up for the
 /// second half of its Lease (2.5 s of a 5 s Lease) instead of vanishing in the take-over at
-/// expiry.
+/// expiry. A shorter bound (one ack window) cut the wait short for holders that renew less
+/// often than every few seconds, and their pre-emptions raced the renewal again.
 #[must_use]
-pub fn first_renewal_awaited(
-    lease: &LeaseRecord,
-    now: Timestamp,
-    ack_window: Duration,
-) -> Option<Timestamp> {
+pub fn first_renewal_awaited(lease: &LeaseRecord, now: Timestamp) -> Option<Timestamp> {
     let acquired = lease.acquire_time?;
     let renewed = lease.renew_time?;
     let half_duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?) / 2;
-    let until = acquired + ack_window.min(half_duration);
+    let until = acquired + half_duration;
     (renewed <= acquired && until > now).then_some(until)
 }
 
@@ -842,12 +839,17 @@ mod tests {
         let now = at(100);
         let table = [
             (
-                "acquired 2 s ago, not renewed, 15 s Lease: the ack window bounds the wait",
+                "acquired 2 s ago, not renewed, 15 s Lease",
                 lease(98, 98, 15),
-                Some(at(103)),
+                Some(at(98) + Duration::from_millis(7500)),
             ),
             (
-                "acquired 1 s ago, not renewed, 5 s Lease: half the Lease bounds the wait",
+                "acquired 8 s ago, not renewed, 60 s Lease: a holder renewing every 10 s or more",
+                lease(92, 92, 60),
+                Some(at(122)),
+            ),
+            (
+                "acquired 1 s ago, not renewed, 5 s Lease",
                 lease(99, 99, 5),
                 Some(at(99) + Duration::from_millis(2500)),
             ),
@@ -857,16 +859,11 @@ mod tests {
                 None,
             ),
             ("acquired 2 s ago, renewed since", lease(98, 99, 15), None),
-            (
-                "acquired 5 s ago, not renewed: the wait is over",
-                lease(95, 95, 15),
-                None,
-            ),
             ("acquired long ago, renewed since", lease(10, 99, 15), None),
             ("no acquireTime", LeaseRecord::default(), None),
         ];
         for (case, lease, want) in table {
-            assert_eq!(first_renewal_awaited(&lease, now, WINDOW), want, "{case}");
+            assert_eq!(first_renewal_awaited(&lease, now), want, "{case}");
         }
     }
 

@@ -439,8 +439,7 @@ impl Election {
             };
         };
         if write.kind == WriteKind::Preempt
-            && let Some(recheck_at) =
-                lease.and_then(|lease| first_renewal_awaited(lease, now, self.ack_window))
+            && let Some(recheck_at) = lease.and_then(|lease| first_renewal_awaited(lease, now))
         {
             return Outcome::Wait {
                 winner: winner.into(),
