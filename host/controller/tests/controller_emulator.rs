@@ -122,6 +122,13 @@ async fn a_slow_step_down_hands_the_lease_to_the_preferred_candidate_without_ano
     let _controller = start(client.clone(), config);
     let _new = candidate(&client, "new", "l", "1.31.0", "1.31.0", OEV).await;
     wait_lease(&leases, "l", "new to hold l", |r| r.holder() == Some("new")).await;
+    // new renews the Lease as a leader does; until its first renewal a pre-emption would wait.
+    let mut renewed = leases.get("l").await.unwrap();
+    renewed.spec.as_mut().unwrap().renew_time = Some(ago(0));
+    leases
+        .replace("l", &PostParams::default(), &renewed)
+        .await
+        .unwrap();
 
     // Fresh when it appears, so the holder is pre-empted for it at once; it answers no ping.
     let old = lease_candidate(NS, "old", "l", "1.30.0", Some("1.30.0"), OEV);
