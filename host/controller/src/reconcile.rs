@@ -377,7 +377,16 @@ async fn write_lease(
         Err(WriteError::Conflict) => {
             ctx.metrics
                 .election(strategy, ElectionOutcome::Conflict(kind));
-            tracing::debug!(write = kind.label(), "the Lease write raced another writer");
+            let read = election.lease();
+            tracing::debug!(
+                lease = %key,
+                write = kind.label(),
+                holder = read.and_then(LeaseRecord::holder),
+                renewed_ms_ago = read
+                    .and_then(LeaseRecord::renewed_at)
+                    .map(|at| at.elapsed_at(now).as_millis()),
+                "the Lease write raced another writer"
+            );
             Err(StepError::Conflict)
         }
         Err(WriteError::NotLeading) => Err(StepError::Retry),
