@@ -73,6 +73,7 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
             .and_then(|a| a.get(ELECTED_BY_ANNOTATION))
             .is_some_and(|v| v == ELECTED_BY_VALUE),
         observed_renewal: None,
+        renew_period: None,
         released_by: None,
         released_for: None,
     }

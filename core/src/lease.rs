@@ -35,6 +35,11 @@ pub struct LeaseRecord {
     /// counts from the later of this and `renewTime`, so a holder whose clock runs behind is not
     /// replaced before its Lease has expired by the controller's clock (client-go's rule).
     pub observed_renewal: Option<Timestamp>,
+    /// How long the holder took from its previous renewal to the current one, as this controller
+    /// watched both arrive, by its own clock; `None` when it did not watch both or the holder
+    /// changed in between. Pre-emptions are timed by it, early in the holder's renewal period
+    /// ([`crate::plan::next_renewal_awaited`]).
+    pub renew_period: Option<Duration>,
     /// Who released the Lease unasked (no `preferredHolder` had named someone else), as this
     /// controller watched its holder clear `holderIdentity`; `None` while the Lease has a holder,
     /// after a release a pre-emption asked for, or when nobody was seen releasing it. The instance

@@ -307,6 +307,37 @@ pub fn first_renewal_awaited(lease: &LeaseRecord, now: Timestamp) -> Option<Time
     (renewed <= acquired && until > now).then_some(until)
 }
 
+/// How long after a watched renewal whose holder's period is not known yet a pre-emption is
+/// still written at once: half of client-go's retry period (2 s), the shortest renewal period in
+/// common use.
+pub const UNTIMED_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
+
+/// Until when a pre-emption of `lease`'s holder waits for the holder's next renewal: while half
+/// its renewal period ([`LeaseRecord::renew_period`]) or more has passed since this controller
+/// watched its current renewal arrive, until half a period past the renewal then due; with the
+/// period not known yet, while [`UNTIMED_RENEWAL_WINDOW`] or more has passed, until half the
+/// Lease's duration after the renewal. `None` early enough in the period, when the renewal was
+/// not watched, or once the wait is over.
+///
+/// A `preferredHolder` written late in the holder's period races its next renewal, which may
+/// have landed already without the controller having watched it: the write is refused with a
+/// conflict and retried on a fresh read (real kube-apiserver, 5,000 Leases renewed every 10 s: a
+/// pre-emption written 10.2 s after the renewal it read). Written in the first half of the
+/// period, it has half a period to land. A holder half a period overdue is stalled or gone:
+/// waiting longer would not avoid a race, and if it has stopped, its Lease's expiry decides.
+#[must_use]
+pub fn next_renewal_awaited(lease: &LeaseRecord, now: Timestamp) -> Option<Timestamp> {
+    let renewed = lease.observed_renewal?;
+    let (window, until) = match lease.renew_period {
+        Some(period) => (period / 2, renewed + period + period / 2),
+        None => {
+            let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
+            (UNTIMED_RENEWAL_WINDOW, renewed + duration / 2)
+        }
+    };
+    (renewed.elapsed_at(now) >= window && until > now).then_some(until)
+}
+
 /// The kind of a Lease write, for logs, events and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteKind {
@@ -868,6 +899,77 @@ mod tests {
     }
 
     #[test]
+    fn a_pre_emption_is_written_early_in_the_holder_s_renewal_period() {
+        let lease = |seen: i64, period_secs: Option<u64>| LeaseRecord {
+            holder_identity: Some("y".into()),
+            acquire_time: Some(at(10)),
+            renew_time: Some(at(seen)),
+            observed_renewal: Some(at(seen)),
+            renew_period: period_secs.map(Duration::from_secs),
+            lease_duration_seconds: Some(30),
+            ..LeaseRecord::default()
+        };
+        let now = at(100);
+        let table = [
+            (
+                "renewed 2 s ago, every 10 s: early",
+                lease(98, Some(10)),
+                None,
+            ),
+            (
+                "renewed 5 s ago, every 10 s: half the period gone",
+                lease(95, Some(10)),
+                Some(at(110)),
+            ),
+            (
+                "renewed 10 s ago, every 10 s: the next renewal may have landed unwatched",
+                lease(90, Some(10)),
+                Some(at(105)),
+            ),
+            (
+                "renewed 15 s ago, every 10 s: half a period overdue, stalled or gone",
+                lease(85, Some(10)),
+                None,
+            ),
+            (
+                "renewed 0.5 s ago, period unknown: just after the renewal",
+                LeaseRecord {
+                    observed_renewal: Some(at(100) - Duration::from_millis(500)),
+                    ..lease(99, None)
+                },
+                None,
+            ),
+            (
+                "renewed 9 s ago, period unknown: wait for the next renewal, up to half the Lease",
+                lease(91, None),
+                Some(at(106)),
+            ),
+            (
+                "renewed 16 s ago, period unknown: more than half the Lease, overdue",
+                lease(84, None),
+                None,
+            ),
+            (
+                "renewed 2 s ago, every 2 s (client-go's retry period): due now",
+                lease(98, Some(2)),
+                Some(at(101)),
+            ),
+        ];
+        for (case, lease, want) in table {
+            assert_eq!(next_renewal_awaited(&lease, now), want, "{case}");
+        }
+        let unwatched = LeaseRecord {
+            observed_renewal: None,
+            ..lease(95, Some(10))
+        };
+        assert_eq!(
+            next_renewal_awaited(&unwatched, now),
+            None,
+            "a renewal not watched has no period"
+        );
+    }
+
+    #[test]
     fn a_releaser_without_a_sign_of_life_is_set_aside_while_someone_else_can_lead() {
         let now = at(100);
         let release = Release {
@@ -1065,6 +1167,7 @@ mod tests {
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
+            renew_period: None,
             released_by: None,
             released_for: None,
         }

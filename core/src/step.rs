@@ -18,8 +18,8 @@
 use crate::lease::LeaseRecord;
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
-    considered, first_renewal_awaited, known_alive, plan_pings, plan_writes, probe_holder,
-    recheck_at, set_aside_releaser,
+    considered, first_renewal_awaited, known_alive, next_renewal_awaited, plan_pings, plan_writes,
+    probe_holder, recheck_at, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -240,8 +240,9 @@ pub enum Outcome {
         recheck_at: Timestamp,
     },
     /// A write is needed but the winner's ping is outstanding, or the holder to pre-empt has not
-    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]): look again
-    /// at `recheck_at`, or sooner on the ack or the renewal.
+    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]) or is due to
+    /// renew ([`crate::plan::next_renewal_awaited`]): look again at `recheck_at`, or sooner on
+    /// the ack or the renewal.
     Wait {
         /// The best candidate.
         winner: String,
@@ -408,7 +409,8 @@ impl Election {
     /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
     /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
     /// ([`awaited_probe`]). A pre-emption of a holder that has not renewed since it acquired the
-    /// Lease: [`Outcome::Wait`] for that renewal ([`first_renewal_awaited`]). Otherwise ping every
+    /// Lease, or that is due to renew: [`Outcome::Wait`] for that renewal
+    /// ([`first_renewal_awaited`], [`next_renewal_awaited`]). Otherwise ping every
     /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
     /// ([`Outcome::Wait`]).
     #[must_use]
@@ -439,7 +441,9 @@ impl Election {
             };
         };
         if write.kind == WriteKind::Preempt
-            && let Some(recheck_at) = lease.and_then(|lease| first_renewal_awaited(lease, now))
+            && let Some(recheck_at) = lease.and_then(|lease| {
+                first_renewal_awaited(lease, now).or_else(|| next_renewal_awaited(lease, now))
+            })
         {
             return Outcome::Wait {
                 winner: winner.into(),
@@ -558,6 +562,7 @@ mod tests {
             lease_transitions: Some(3),
             elected_by_conclave: false,
             observed_renewal: None,
+            renew_period: None,
             released_by: None,
             released_for: None,
         }
@@ -816,6 +821,29 @@ mod tests {
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
                 "wait",
+            ),
+            (
+                "live worse holder renewing every 2 s, last watched 1.5 s ago: wait for its next \
+                 renewal",
+                Some(LeaseRecord {
+                    observed_renewal: Some(at(NOW) - Duration::from_millis(1500)),
+                    renew_period: Some(Duration::from_secs(2)),
+                    ..lease(Some("b"), NOW - 2, None)
+                }),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "wait",
+            ),
+            (
+                "live worse holder renewing every 2 s, last watched 0.5 s ago: set preferredHolder",
+                Some(LeaseRecord {
+                    observed_renewal: Some(at(NOW) - Duration::from_millis(500)),
+                    renew_period: Some(Duration::from_secs(2)),
+                    ..lease(Some("b"), NOW - 1, None)
+                }),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "preempt holder=b preferred=a strategy=OldestEmulationVersion",
             ),
             (
                 "holder already asked to step down: nothing",

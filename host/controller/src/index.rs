@@ -30,6 +30,7 @@ use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Applies Lease watch events to the own-write record and the renewal times and enqueues their
 /// keys, until the stream ends. `store` is the reflector store the events were applied to.
@@ -88,15 +89,19 @@ pub async fn leases<S>(
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
 
-/// One Lease's current renewal, when it was watched arriving (`None`: listed, not watched), its
-/// latest `preferredHolder`, the holder whose watched write cleared `holderIdentity` unasked
-/// (`None`: held, asked to step down, or release not watched), and the candidate a pre-empted
-/// holder released it for (`None`: held, released unasked, or release not watched).
+/// One Lease's current renewal, when it was watched arriving (`None`: listed, not watched),
+/// whether it is the first of its holder (an acquisition, or the first since a relist), how long
+/// after the same holder's previous watched renewal (`None`: not both watched, or the previous one
+/// was its acquisition, which a controller's take-over may have timed), its latest `preferredHolder`, the holder whose watched write cleared `holderIdentity`
+/// unasked (`None`: held, asked to step down, or release not watched), and the candidate a
+/// pre-empted holder released it for (`None`: held, released unasked, or release not watched).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Renewal {
     holder: Option<String>,
     renew_time: Option<Timestamp>,
     seen_at: Option<Timestamp>,
+    first_of_holder: bool,
+    period: Option<Duration>,
     preferred: Option<String>,
     released_by: Option<String>,
     released_for: Option<String>,
@@ -144,16 +149,26 @@ impl Renewals {
             same.preferred = preferred;
             return;
         }
+        let previous = renewals.get(key);
         let (released_by, released_for) = match named(holder.as_deref()) {
             Some(_) => (None, None),
-            None => renewals.get(key).map_or((None, None), Renewal::release),
+            None => previous.map_or((None, None), Renewal::release),
         };
+        let same_holder =
+            previous.filter(|p| named(p.holder.as_deref()).is_some() && p.holder == holder);
+        let period = same_holder
+            .filter(|p| !p.first_of_holder)
+            .and_then(|p| p.seen_at)
+            .map(|seen| seen.elapsed_at(now));
+        let first_of_holder = same_holder.is_none();
         renewals.insert(
             key.clone(),
             Renewal {
                 holder,
                 renew_time,
                 seen_at: Some(now),
+                first_of_holder,
+                period,
                 preferred,
                 released_by,
                 released_for,
@@ -179,6 +194,8 @@ impl Renewals {
                         holder,
                         renew_time,
                         seen_at: None,
+                        first_of_holder: true,
+                        period: None,
                         preferred,
                         released_by: None,
                         released_for: None,
@@ -194,8 +211,8 @@ impl Renewals {
     }
 
     /// Fills in what this controller watched of the renewal `record` carries: when it arrived
-    /// (`observed_renewal`) and, for a release, who released it unasked (`released_by`) or for
-    /// whom (`released_for`). None is known when the record is not the renewal last watched (a
+    /// (`observed_renewal`), how long after the same holder's previous one (`renew_period`) and,
+    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). None is known when the record is not the renewal last watched (a
     /// newer write of this controller's own).
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
         let renewals = lock(&self.0);
@@ -204,11 +221,13 @@ impl Renewals {
             .filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
         else {
             record.observed_renewal = None;
+            record.renew_period = None;
             record.released_by = None;
             record.released_for = None;
             return;
         };
         record.observed_renewal = renewal.seen_at;
+        record.renew_period = renewal.period;
         record.released_by = renewal.released_by.clone();
         record.released_for = renewal.released_for.clone();
     }
@@ -741,6 +760,55 @@ mod tests {
         assert_eq!(annotated(&renewals, &k, &other), (None, None));
         renewals.deleted(&k);
         assert_eq!(annotated(&renewals, &k, &second), (None, None));
+    }
+
+    #[test]
+    fn a_holder_s_renewal_period_is_timed_between_its_watched_renewals() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let period = |lease: &Lease| annotated_record(&renewals, &k, lease).renew_period;
+        let mut version = 0;
+        let mut watch = |holder: &str, renew: i64, seen: i64| {
+            version += 1;
+            let lease = renewed(lease("ns", "a", &version.to_string()), holder, renew);
+            renewals.watched(&k, &lease, Timestamp::from_secs(seen));
+            lease
+        };
+        renewals.listed(&k, &renewed(lease("ns", "a", "0"), "x", 50));
+        let first = watch("x", 60, 61);
+        assert_eq!(
+            period(&first),
+            None,
+            "the previous renewal was listed, not watched"
+        );
+        let second = watch("x", 70, 72);
+        assert_eq!(
+            period(&second),
+            Some(Duration::from_secs(11)),
+            "timed by this controller's clock, between the two arrivals"
+        );
+        let mut preempted = second.clone();
+        preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
+        renewals.watched(&k, &preempted, Timestamp::from_secs(75));
+        assert_eq!(
+            period(&preempted),
+            Some(Duration::from_secs(11)),
+            "a preferredHolder is no renewal"
+        );
+
+        let acquired = watch("y", 80, 80);
+        assert_eq!(period(&acquired), None, "another holder");
+        let first_renewal = watch("y", 83, 83);
+        assert_eq!(
+            period(&first_renewal),
+            None,
+            "timed from the acquisition, which a take-over may have written at any point of \
+             the holder's period"
+        );
+        let renewal = watch("y", 93, 93);
+        assert_eq!(period(&renewal), Some(Duration::from_secs(10)));
+        let released = watch("", 95, 95);
+        assert_eq!(period(&released), None, "a release");
     }
 
     /// The demo's failure in CI: the leaver's LeaseCandidate deletion arrived after its release,

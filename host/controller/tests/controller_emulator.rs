@@ -122,13 +122,24 @@ async fn a_slow_step_down_hands_the_lease_to_the_preferred_candidate_without_ano
     let _controller = start(client.clone(), config);
     let _new = candidate(&client, "new", "l", "1.31.0", "1.31.0", OEV).await;
     wait_lease(&leases, "l", "new to hold l", |r| r.holder() == Some("new")).await;
-    // new renews the Lease as a leader does; until its first renewal a pre-emption would wait.
-    let mut renewed = leases.get("l").await.unwrap();
-    renewed.spec.as_mut().unwrap().renew_time = Some(ago(0));
-    leases
-        .replace("l", &PostParams::default(), &renewed)
-        .await
-        .unwrap();
+    // new renews the Lease every 300 ms as a leader does, until it is asked to step down: a
+    // pre-emption waits for its first renewal, then is written early in its renewal period.
+    let renewing = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            loop {
+                let mut lease = leases.get("l").await.unwrap();
+                let spec = lease.spec.as_mut().unwrap();
+                if spec.preferred_holder.is_some() {
+                    return;
+                }
+                spec.renew_time = Some(ago(0));
+                // A conflict with the controller's pre-emption is read again on the next round.
+                let _ = leases.replace("l", &PostParams::default(), &lease).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
 
     // Fresh when it appears, so the holder is pre-empted for it at once; it answers no ping.
     let old = lease_candidate(NS, "old", "l", "1.30.0", Some("1.30.0"), OEV);
@@ -140,6 +151,7 @@ async fn a_slow_step_down_hands_the_lease_to_the_preferred_candidate_without_ano
         r.holder() == Some("new") && r.preferred() == Some("old")
     })
     .await;
+    renewing.await.unwrap();
 
     // The step-down outlasts the ack window (2 s): old last showed life 10 s ago.
     let mut acked = candidates.get("old").await.unwrap();
