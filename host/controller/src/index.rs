@@ -89,12 +89,13 @@ pub async fn leases<S>(
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
 
-/// One Lease's current renewal, when it was watched arriving (`None`: listed, not watched),
-/// whether it is the first of its holder (an acquisition, or the first since a relist), how long
-/// after the same holder's previous watched renewal (`None`: not both watched, or the previous one
-/// was its acquisition, which a controller's take-over may have timed), its latest `preferredHolder`, the holder whose watched write cleared `holderIdentity`
-/// unasked (`None`: held, asked to step down, or release not watched), and the candidate a
-/// pre-empted holder released it for (`None`: held, released unasked, or release not watched).
+/// One Lease's current renewal: when it was watched arriving (`None`: listed, not watched);
+/// whether it is the first of its holder (an acquisition, or listed); how long after the same
+/// holder's previous watched renewal (`None`: not both watched, or the previous one was the
+/// acquisition, which a controller's take-over writes at any point of the holder's period); its
+/// latest `preferredHolder`; the holder whose watched write cleared `holderIdentity` unasked
+/// (`None`: held, asked to step down, or release not watched); and the candidate a pre-empted
+/// holder released it for (`None`: held, released unasked, or release not watched).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Renewal {
     holder: Option<String>,
