@@ -37,7 +37,8 @@ pub struct LeaseRecord {
     pub observed_renewal: Option<Timestamp>,
     /// How long the holder took from its previous renewal to the current one, as this controller
     /// watched both arrive, by its own clock; `None` when it did not watch both, or the previous
-    /// one was the holder's acquisition (a take-over lands at any point of its period). Pre-emptions are timed by it, early in the holder's renewal period
+    /// one was the holder's acquisition (a take-over lands at any point of its period).
+    /// Pre-emptions are timed by it, early in the holder's renewal period
     /// ([`crate::plan::next_renewal_awaited`]).
     pub renew_period: Option<Duration>,
     /// Who released the Lease unasked (no `preferredHolder` had named someone else), as this

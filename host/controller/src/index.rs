@@ -213,8 +213,9 @@ impl Renewals {
 
     /// Fills in what this controller watched of the renewal `record` carries: when it arrived
     /// (`observed_renewal`), how long after the same holder's previous one (`renew_period`) and,
-    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). None is known when the record is not the renewal last watched (a
-    /// newer write of this controller's own).
+    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). None
+    /// is known when the record is not the renewal last watched (a newer write of this
+    /// controller's own).
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
         let renewals = lock(&self.0);
         let Some(renewal) = renewals
