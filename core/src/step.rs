@@ -1185,6 +1185,39 @@ mod tests {
         assert_eq!((winner.as_str(), write.kind), ("b", WriteKind::TakeOver));
     }
 
+    /// The best candidate leads, but its renewals stop getting through (an overloaded API
+    /// server): it answers the probe, the reconcile its answer triggers runs only after the answer
+    /// is an ack window old, and nobody probes it again; at expiry it is written back without a
+    /// ping.
+    #[test]
+    fn a_live_holder_answers_one_probe_and_is_written_back_at_expiry() {
+        let mut held = lease(Some("a"), NOW, None);
+        held.lease_duration_seconds = Some(15);
+        let step = |candidates: &[CandidateView], now: i64| {
+            let mut input = input(Some(&held), candidates, Mode::All, false);
+            input.now = at(now);
+            let Plan::Decide(election) = plan_step(&input) else {
+                panic!("an election");
+            };
+            election.apply_answer(Some("a"))
+        };
+        let answered = [
+            cand("a", OEV, Some(NOW + 9), Some(NOW + 8)),
+            cand("b", OEV, Some(NOW - 100), None),
+        ];
+        assert!(
+            matches!(
+                step(&answered, NOW + 14),
+                Outcome::Unchanged { probe: None, .. }
+            ),
+            "answered 5 s ago: no second probe"
+        );
+        let Outcome::Write { winner, write, .. } = step(&answered, NOW + 15 + 1) else {
+            panic!("a write without a ping");
+        };
+        assert_eq!((winner.as_str(), write.kind), ("a", WriteKind::TakeOver));
+    }
+
     #[test]
     fn a_write_keeps_the_precondition_of_the_snapshot() {
         let held = lease(Some("b"), NOW - 1, None);
