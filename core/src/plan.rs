@@ -98,14 +98,19 @@ pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Opti
 }
 
 /// The candidates an election may consider: all but the unresponsive ones, except the holder of
-/// `lease` while the Lease has not expired.
+/// `lease` while the Lease has not expired; and once it has expired, not its holder while a ping
+/// sent after its last renewal ([`probe_holder`]) is unanswered.
 ///
-/// A holder whose probe went unanswered ([`probe_holder`]) is either dead or too slow to answer
-/// (its renewals and its answer queue behind an overloaded API server). Pre-empting it for a
-/// worse candidate helps neither: a dead holder never reads `preferredHolder`, so the Lease goes
-/// to the next best at its expiry all the same, and a slow one would hand over a Lease it keeps
-/// renewing, with the `preferredHolder` write racing those renewals, and be pre-empted back once
-/// its answer arrives. So it keeps its Lease until the Lease expires, and is left out then.
+/// A holder whose probe went unanswered is either dead or too slow to answer (its renewals and
+/// its answer queue behind an overloaded API server). Pre-empting it for a worse candidate helps
+/// neither: a dead holder never reads `preferredHolder`, so the Lease goes to the next best at
+/// its expiry all the same, and a slow one would hand over a Lease it keeps renewing, with the
+/// `preferredHolder` write racing those renewals, and be pre-empted back once its answer arrives.
+/// So it keeps its Lease until the Lease expires, and is left out then, however long its probe's
+/// ack window still runs: it neither renewed its Lease for a whole lease duration nor answered
+/// the ping, so nothing says it lives, and waiting out the window put crash failover an ack
+/// window past the expiry of any Lease shorter than two windows (7.2 to 7.6 s after a SIGKILL on
+/// a 5 s Lease). A holder that answers later is a candidate like any other again.
 #[must_use]
 pub fn considered(
     candidates: &[CandidateView],
@@ -113,14 +118,22 @@ pub fn considered(
     now: Timestamp,
     ack_window: Duration,
 ) -> Vec<CandidateView> {
-    let valid_holder = lease
-        .filter(|lease| !lease.is_free(now))
-        .and_then(LeaseRecord::holder);
+    let holder = lease.and_then(LeaseRecord::holder);
+    let held = lease.filter(|lease| !lease.is_free(now)).is_some();
+    let probe_unanswered_at_expiry = |c: &CandidateView| {
+        !held
+            && holder == Some(c.name.as_str())
+            && matches!(liveness(c, now, ack_window), Liveness::Pending { .. })
+            && c.ping_time
+                .zip(lease.and_then(LeaseRecord::renewed_at))
+                .is_some_and(|(ping, renewed)| ping >= renewed)
+    };
     candidates
         .iter()
         .filter(|c| {
-            valid_holder == Some(c.name.as_str())
-                || liveness(c, now, ack_window) != Liveness::Unresponsive
+            (held && holder == Some(c.name.as_str()))
+                || (liveness(c, now, ack_window) != Liveness::Unresponsive
+                    && !probe_unanswered_at_expiry(c))
         })
         .cloned()
         .collect()
@@ -255,32 +268,6 @@ pub fn known_alive(
         && lease.is_free(now)
         && lease.renew_time.is_some_and(|held| renew > held);
     (handed_over || answered_probe) && answered && renew + grace > now
-}
-
-/// When the probe of an expired Lease's holder `winner` ([`probe_holder`]) stops being awaited:
-/// the close of its ping's window, while that ping is outstanding; `None` otherwise.
-///
-/// The probe's answer is the only sign of life the holder can give before the Lease is written
-/// back ([`known_alive`]). On a slow API server the probe and its answer queue behind other
-/// writes and the answer arrives after the expiry; pinging the holder's rivals in the meantime
-/// adds two writes per candidate that no election needs if the holder answers, and on a server
-/// whose write rate is the limit that stretches every other Lease's storm. A holder that crashed
-/// never answers: its window closes (no later than the expiry when the probe went out on time),
-/// it is left out, and its rivals are pinged then.
-#[must_use]
-pub fn awaited_probe(
-    lease: Option<&LeaseRecord>,
-    candidates: &[CandidateView],
-    winner: &str,
-    now: Timestamp,
-    ack_window: Duration,
-) -> Option<Timestamp> {
-    lease.filter(|lease| lease.holder() == Some(winner) && lease.is_free(now))?;
-    let candidate = candidates.iter().find(|c| c.name == winner)?;
-    match liveness(candidate, now, ack_window) {
-        Liveness::Pending { until } => Some(until),
-        Liveness::Fresh | Liveness::Stale | Liveness::Unresponsive => None,
-    }
 }
 
 /// Until when a pre-emption of `lease`'s holder waits for the holder's first renewal: while it
@@ -813,60 +800,24 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_holder_s_outstanding_probe_is_awaited_until_its_window_closes() {
+    fn an_expired_holder_is_left_out_while_a_ping_sent_after_its_last_renewal_is_unanswered() {
         let now = at(100);
         let expired = held(Some("y"), 88, None);
         let table = [
-            (
-                "probed 3 s ago, no answer",
-                Some(&expired),
-                "y",
-                Some(80),
-                Some(97),
-                Some(at(102)),
-            ),
-            (
-                "probed 6 s ago, no answer: window closed",
-                Some(&expired),
-                "y",
-                Some(80),
-                Some(94),
-                None,
-            ),
-            (
-                "probe answered",
-                Some(&expired),
-                "y",
-                Some(98),
-                Some(97),
-                None,
-            ),
-            ("never probed", Some(&expired), "y", Some(80), None, None),
-            (
-                "the winner is not the holder",
-                Some(&expired),
-                "z",
-                Some(80),
-                Some(97),
-                None,
-            ),
-            (
-                "the Lease is live",
-                Some(&held(Some("y"), 97, None)),
-                "y",
-                Some(80),
-                Some(97),
-                None,
-            ),
-            ("no Lease", None, "y", Some(80), Some(97), None),
+            ("probed 3 s ago, no answer", &expired, Some(80), Some(97), false),
+            ("probed 6 s ago, no answer", &expired, Some(80), Some(94), false),
+            ("probe answered", &expired, Some(98), Some(97), true),
+            ("never probed", &expired, Some(80), None, true),
+            ("the Lease is live", &held(Some("y"), 97, None), Some(80), Some(97), true),
         ];
-        for (case, lease, winner, renew, ping, want) in table {
-            let candidates = [candidate("y", renew, ping), candidate("z", renew, ping)];
-            assert_eq!(
-                awaited_probe(lease, &candidates, winner, now, WINDOW),
-                want,
-                "{case}"
-            );
+        for (case, lease, renew, ping, kept) in table {
+            let candidates = [candidate("y", renew, ping), candidate("z", Some(99), None)];
+            let names: Vec<String> = considered(&candidates, Some(lease), now, WINDOW)
+                .into_iter()
+                .map(|c| c.name)
+                .collect();
+            assert_eq!(names.iter().any(|n| n == "y"), kept, "{case}");
+            assert!(names.iter().any(|n| n == "z"), "{case}: a rival stays");
         }
     }
 

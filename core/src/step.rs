@@ -17,7 +17,7 @@
 
 use crate::lease::LeaseRecord;
 use crate::plan::{
-    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, awaited_probe, candidate_expired,
+    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired,
     considered, first_renewal_awaited, known_alive, next_renewal_awaited, plan_pings, plan_writes,
     probe_holder, recheck_at, set_aside_releaser,
 };
@@ -380,6 +380,35 @@ pub fn settles_at(
     Some((arrivals.last + settle.gap).min(arrivals.first + settle.max))
 }
 
+/// How long a pre-empted holder may take to stop its work before it releases the Lease: the
+/// drain timeout of `conclave-candidate` (`DEFAULT_DRAIN_TIMEOUT`, 10 s), which renews the Lease
+/// while it drains.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(10);
+
+/// How old a sign of life may be for [`known_alive`] to count it when `lease` is taken over:
+/// the Lease's own `leaseDurationSeconds` (the answer to a probe sent at half of it is at most
+/// that old at expiry), or `written_seconds` (what this controller writes) when the Lease has
+/// none; for a hand-off to the candidate a pre-emption named, at least [`DRAIN_BOUND`] plus one
+/// ack window (it was fresh within one window when the pre-emption was written, and the holder
+/// drains up to the bound before it releases).
+///
+/// The controller's own duration (5 s by default) made the answer of a holder of a 15 s Lease
+/// (kube-scheduler's, the candidate library's default) too old at its expiry: it was probed a
+/// second time, with every stale rival (issue 34, finding 4).
+#[must_use]
+pub fn alive_grace(lease: &LeaseRecord, written_seconds: i32, ack_window: Duration) -> Duration {
+    let seconds = lease
+        .lease_duration_seconds
+        .filter(|s| *s > 0)
+        .unwrap_or(written_seconds);
+    let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or_default());
+    if lease.handed_over_to().is_some() {
+        duration.max(DRAIN_BOUND + ack_window)
+    } else {
+        duration
+    }
+}
+
 impl Election {
     /// The strategy to ask.
     #[must_use]
@@ -406,9 +435,8 @@ impl Election {
     /// No write needed: [`Outcome::Unchanged`], and no pings. A write needed and the winner fresh,
     /// or alive by a sign this controller already has (the candidate a pre-empted holder released
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
-    /// [`Outcome::Write`] at once, without waiting for worse candidates. An expired holder whose
-    /// probe is still outstanding: [`Outcome::Wait`] for its answer before pinging its rivals
-    /// ([`awaited_probe`]). A pre-emption of a holder that has not renewed since it acquired the
+    /// [`Outcome::Write`] at once, without waiting for worse candidates ([`alive_grace`] bounds
+    /// how old that sign may be). A pre-emption of a holder that has not renewed since it acquired the
     /// Lease, or that is due to renew: [`Outcome::Wait`] for that renewal
     /// ([`first_renewal_awaited`], [`next_renewal_awaited`]). Otherwise ping every
     /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
@@ -450,20 +478,12 @@ impl Election {
                 recheck_at,
             };
         }
-        let alive_grace =
-            Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or_default());
         let pings = if write.kind == WriteKind::TakeOver
-            && known_alive(lease, &self.request.candidates, winner, now, alive_grace)
-        {
+            && lease.is_some_and(|lease| {
+                let grace = alive_grace(lease, self.lease_duration_seconds, self.ack_window);
+                known_alive(Some(lease), &self.request.candidates, winner, now, grace)
+            }) {
             PingPlan::Elect
-        } else if let Some(recheck_at) = awaited_probe(
-            lease,
-            &self.request.candidates,
-            winner,
-            now,
-            self.ack_window,
-        ) {
-            PingPlan::Wait { recheck_at }
         } else {
             plan_pings(
                 &self.request.candidates,
@@ -764,11 +784,11 @@ mod tests {
                 "take_over holder=a preferred=- strategy=OldestEmulationVersion",
             ),
             (
-                "expired holder a's probe is outstanding: await its answer, ping nobody yet",
+                "expired holder a's probe is unanswered at expiry: left out, b pinged at once",
                 Some(lease(Some("a"), NOW - 12, None)),
                 vec![cand("a", OEV, Some(NOW - 60), Some(NOW - 2)), stale("b")],
-                Some("a"),
-                "wait",
+                Some("b"),
+                "ping b",
             ),
             (
                 "a live holder's ping outstanding: nothing to write, nothing to await",
@@ -1183,6 +1203,70 @@ mod tests {
             panic!("a write");
         };
         assert_eq!((winner.as_str(), write.kind), ("b", WriteKind::TakeOver));
+    }
+
+    /// Review finding 3 (issue 34): a crashed holder is probed at half its lease duration, and a
+    /// probe still unanswered when the Lease expires leaves it out at once, whatever the Lease's
+    /// duration and the ack window; the next best is pinged at expiry, not when the probe's window
+    /// closes (measured before: 7.2 to 7.6 s after a SIGKILL on a 5 s Lease).
+    #[test]
+    fn a_crashed_holder_is_left_out_at_expiry_whatever_the_lease_duration_and_ack_window() {
+        for duration in [1, 2, 5, 10, 15, 60] {
+            for window in [1, 5, 10] {
+                let case = format!("{duration} s Lease, {window} s ack window");
+                let mut held = lease(Some("a"), NOW, None);
+                held.lease_duration_seconds = Some(duration);
+                held.observed_renewal = Some(at(NOW));
+                let dead = [
+                    CandidateView {
+                        emulation_version: "1.30.0".into(),
+                        ping_time: crate::plan::holder_overdue_at(&held),
+                        ..cand("a", OEV, Some(NOW - 100), None)
+                    },
+                    cand("b", OEV, Some(NOW - 100), None),
+                ];
+                let mut input = input(Some(&held), &dead, Mode::All, false);
+                input.config.ack_window = Duration::from_secs(window);
+                input.config.lease_duration_seconds = 5;
+                input.now = at(NOW + i64::from(duration)) + Duration::from_millis(1);
+                let Plan::Decide(election) = plan_step(&input) else {
+                    panic!("{case}: an election");
+                };
+                let pool: Vec<&str> = election
+                    .request()
+                    .candidates
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                assert_eq!(pool, ["b"], "{case}: the unanswered holder is left out");
+                assert_eq!(
+                    summary(&input, Some("b")),
+                    "ping b",
+                    "{case}: the next best is pinged at expiry"
+                );
+            }
+        }
+    }
+
+    /// Review finding 4 (issue 34): the answer to a probe counts at expiry for the Lease's own
+    /// duration, not the duration this controller writes (`--lease-duration-seconds`, 5 s): on a
+    /// 15 s Lease the answer is 7 s old at expiry and the holder is written back without a second
+    /// probe of it and its rivals.
+    #[test]
+    fn a_probe_answer_counts_for_the_lease_s_own_duration() {
+        let mut held = lease(Some("a"), NOW, None);
+        held.lease_duration_seconds = Some(15);
+        let answered = [
+            cand("a", OEV, Some(NOW + 9), Some(NOW + 8)),
+            cand("b", OEV, Some(NOW - 100), None),
+        ];
+        let mut input = input(Some(&held), &answered, Mode::All, false);
+        input.config.lease_duration_seconds = 5;
+        input.now = at(NOW + 16);
+        assert_eq!(
+            summary(&input, Some("a")),
+            "take_over holder=a preferred=- strategy=OldestEmulationVersion"
+        );
     }
 
     /// The best candidate leads, but its renewals stop getting through (an overloaded API
