@@ -19,14 +19,49 @@ pub fn timestamp(at: jiff::Timestamp) -> Timestamp {
     Timestamp::from_micros(at.as_microsecond())
 }
 
-/// The wall-clock time now, as a core [`Timestamp`]: the one clock read of every host crate, so
-/// the controller, `conclave status` and the demo compare against the same notion of now.
+/// The time now, as a core [`Timestamp`]: the one clock read of every host crate, so the
+/// controller, `conclave status` and the demo compare against the same notion of now.
+///
+/// It reads like wall-clock time (microseconds since the Unix epoch, as `renewTime` and
+/// `pingTime` are written) but advances on the monotonic clock: the wall clock is read once, at
+/// the first call, and every later reading adds the monotonic time elapsed since. A step of the
+/// system clock (an administrator's `date -s`, a first NTP sync after boot) then moves no expiry,
+/// window or timer: read from the wall clock every time, a forward step expired every Lease early
+/// and a backward one kept dead holders (issue 34, finding 2). Rate corrections (NTP slewing)
+/// apply to the monotonic clock too, so readings keep pace with real time.
 #[must_use]
 pub fn now() -> Timestamp {
-    let micros = |since: std::time::Duration| i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
-    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        Ok(since) => Timestamp::from_micros(micros(since)),
-        Err(before) => Timestamp::from_micros(-micros(before.duration())),
+    static ANCHOR: std::sync::OnceLock<MonotonicWallClock> = std::sync::OnceLock::new();
+    ANCHOR
+        .get_or_init(MonotonicWallClock::start)
+        .at(std::time::Instant::now())
+}
+
+/// Wall-clock time read once and advanced on the monotonic clock ([`now`]).
+#[derive(Debug, Clone, Copy)]
+struct MonotonicWallClock {
+    started: std::time::Instant,
+    wall_at_start: Timestamp,
+}
+
+impl MonotonicWallClock {
+    fn start() -> Self {
+        let micros =
+            |since: std::time::Duration| i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+        let wall_at_start = match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)
+        {
+            Ok(since) => Timestamp::from_micros(micros(since)),
+            Err(before) => Timestamp::from_micros(-micros(before.duration())),
+        };
+        Self {
+            started: std::time::Instant::now(),
+            wall_at_start,
+        }
+    }
+
+    /// The reading at the monotonic instant `instant` (not before the start).
+    fn at(self, instant: std::time::Instant) -> Timestamp {
+        self.wall_at_start + instant.saturating_duration_since(self.started)
     }
 }
 
@@ -76,6 +111,8 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
         renew_period: None,
         released_by: None,
         released_for: None,
+        preemption_held_since: None,
+        sitting_out: Vec::new(),
     }
 }
 
@@ -174,6 +211,21 @@ pub fn validate_lease(lease: &Lease) -> Vec<FieldError> {
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
+
+    /// The clock advances with the monotonic clock from one wall-clock reading: whatever the
+    /// system clock does after the start, a reading 5 s later is 5 s later.
+    #[test]
+    fn the_clock_advances_on_the_monotonic_clock_from_one_wall_reading() {
+        let clock = MonotonicWallClock {
+            started: std::time::Instant::now(),
+            wall_at_start: Timestamp::from_secs(1_000),
+        };
+        let later = clock.started + std::time::Duration::from_secs(5);
+        assert_eq!(clock.at(later), Timestamp::from_secs(1_005));
+        assert_eq!(clock.at(clock.started), Timestamp::from_secs(1_000));
+        let first = now();
+        assert!(now() >= first, "never goes back");
+    }
 
     #[test]
     fn timestamps_round_trip_at_microsecond_precision() {

@@ -2,6 +2,7 @@
 
 use crate::time::Timestamp;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::time::Duration;
 
 /// The fields of a `coordination.k8s.io/v1` Lease that elections depend on.
@@ -54,6 +55,25 @@ pub struct LeaseRecord {
     /// checked that candidate was alive when it pre-empted, so the hand-off goes to it without a
     /// second ping ([`crate::plan::known_alive`]).
     pub released_for: Option<String>,
+    /// When this controller first held back a pre-emption of the current holder to wait for its
+    /// next renewal ([`crate::plan::next_renewal_awaited`]), by its own clock; `None` when it has
+    /// not. The wait is bounded from then, so that it is not re-armed at every renewal when each
+    /// reconcile runs late in the holder's period (a busy queue, a storm).
+    pub preemption_held_since: Option<Timestamp>,
+    /// Candidates of this Lease that were written as its holder and never renewed it, each
+    /// sitting out its elections until a time ([`crate::plan::never_renewed_holder`]); kept by
+    /// this controller, not stored in the Lease.
+    pub sitting_out: Vec<SitOut>,
+}
+
+/// A candidate that sits out a Lease's elections: it was written as holder and never renewed the
+/// Lease before it expired ([`crate::plan::never_renewed_holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SitOut {
+    /// The candidate's name (its holder identity).
+    pub candidate: String,
+    /// Until when it sits out.
+    pub until: Timestamp,
 }
 
 /// The annotation Conclave puts on Leases it creates.
@@ -145,6 +165,14 @@ impl LeaseRecord {
             return None;
         }
         non_empty(self.released_for.as_ref())
+    }
+
+    /// Whether `candidate` sits out this Lease's elections at `now` ([`LeaseRecord::sitting_out`]).
+    #[must_use]
+    pub fn sits_out(&self, candidate: &str, now: Timestamp) -> bool {
+        self.sitting_out
+            .iter()
+            .any(|s| s.candidate == candidate && s.until > now)
     }
 
     /// Whether anyone may be elected into the Lease at once: it is expired or has no holder.

@@ -167,6 +167,52 @@ pub fn set_aside_releaser(
     }
 }
 
+/// The holder of `lease` if it was written by this controller (or by Conclave before it) and let
+/// the Lease expire without ever renewing it (`renewTime` still equals `acquireTime`); `None`
+/// otherwise, and while the Lease is live.
+///
+/// Such a holder answers pings but cannot write its Lease (RBAC that allows LeaseCandidate
+/// updates but not Lease updates, an admission policy refusing its writes, a stuck transition
+/// hook). Written back at every expiry, it would hold the Lease forever while a live rival never
+/// leads (upstream does the same). So it sits out the Lease's elections for
+/// [`never_renewed_backoff`] ([`set_aside_never_renewed`]), with an Event and a metric saying
+/// why (issue 34, finding 6).
+#[must_use]
+pub fn never_renewed_holder(lease: &LeaseRecord, now: Timestamp) -> Option<&str> {
+    let holder = lease.holder()?;
+    let never_renewed = lease.elected_by_conclave
+        && lease.acquire_time.is_some()
+        && lease.renew_time == lease.acquire_time;
+    (never_renewed && lease.is_expired(now)).then_some(holder)
+}
+
+/// How long a holder that never renewed sits out the Lease's elections, the `strikes`-th time
+/// in a row: one minute, doubling each time, at most 16 minutes.
+#[must_use]
+pub fn never_renewed_backoff(strikes: u32) -> Duration {
+    Duration::from_secs(60) * 2u32.pow(strikes.saturating_sub(1).min(4))
+}
+
+/// Takes out of `pool` the candidates that sit out the Lease's elections
+/// ([`LeaseRecord::sitting_out`]), and the holder of an expired Lease that never renewed it
+/// ([`never_renewed_holder`]), as long as someone else is left to lead; returns the name of the
+/// latter, so the caller records it as sitting out. A lone candidate stays: a Lease with a holder
+/// that cannot renew is no worse than one with none.
+pub fn set_aside_never_renewed(
+    pool: &mut Vec<CandidateView>,
+    lease: Option<&LeaseRecord>,
+    now: Timestamp,
+) -> Option<String> {
+    let lease = lease?;
+    let failed = never_renewed_holder(lease, now);
+    let out = |c: &CandidateView| lease.sits_out(&c.name, now) || failed == Some(c.name.as_str());
+    if pool.iter().all(out) {
+        return None;
+    }
+    pool.retain(|c| !out(c));
+    failed.map(Into::into)
+}
+
 /// What to do about pings before electing `best`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PingPlan {
@@ -312,16 +358,25 @@ pub const UNTIMED_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
 /// pre-emption written 10.2 s after the renewal it read). Written in the first half of the
 /// period, it has half a period to land. A holder half a period overdue is stalled or gone:
 /// waiting longer would not avoid a race, and if it has stopped, its Lease's expiry decides.
+///
+/// The whole wait is bounded from the first time a step held the pre-emption back
+/// ([`LeaseRecord::preemption_held_since`]) by the same span: re-armed at every watched renewal,
+/// it was postponed for as long as each reconcile ran more than half a period after the renewal
+/// it read (issue 34, finding 8).
 #[must_use]
 pub fn next_renewal_awaited(lease: &LeaseRecord, now: Timestamp) -> Option<Timestamp> {
     let renewed = lease.observed_renewal?;
-    let (window, until) = match lease.renew_period {
-        Some(period) => (period / 2, renewed + period + period / 2),
+    let (window, span) = match lease.renew_period {
+        Some(period) => (period / 2, period + period / 2),
         None => {
             let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
-            (UNTIMED_RENEWAL_WINDOW, renewed + duration / 2)
+            (UNTIMED_RENEWAL_WINDOW, duration / 2)
         }
     };
+    let mut until = renewed + span;
+    if let Some(since) = lease.preemption_held_since {
+        until = until.min(since + span);
+    }
     (renewed.elapsed_at(now) >= window && until > now).then_some(until)
 }
 
@@ -804,11 +859,29 @@ mod tests {
         let now = at(100);
         let expired = held(Some("y"), 88, None);
         let table = [
-            ("probed 3 s ago, no answer", &expired, Some(80), Some(97), false),
-            ("probed 6 s ago, no answer", &expired, Some(80), Some(94), false),
+            (
+                "probed 3 s ago, no answer",
+                &expired,
+                Some(80),
+                Some(97),
+                false,
+            ),
+            (
+                "probed 6 s ago, no answer",
+                &expired,
+                Some(80),
+                Some(94),
+                false,
+            ),
             ("probe answered", &expired, Some(98), Some(97), true),
             ("never probed", &expired, Some(80), None, true),
-            ("the Lease is live", &held(Some("y"), 97, None), Some(80), Some(97), true),
+            (
+                "the Lease is live",
+                &held(Some("y"), 97, None),
+                Some(80),
+                Some(97),
+                true,
+            ),
         ];
         for (case, lease, renew, ping, kept) in table {
             let candidates = [candidate("y", renew, ping), candidate("z", Some(99), None)];
@@ -1133,6 +1206,8 @@ mod tests {
             renew_period: None,
             released_by: None,
             released_for: None,
+            preemption_held_since: None,
+            sitting_out: Vec::new(),
         }
     }
 

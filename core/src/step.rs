@@ -17,9 +17,9 @@
 
 use crate::lease::LeaseRecord;
 use crate::plan::{
-    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired,
-    considered, first_renewal_awaited, known_alive, next_renewal_awaited, plan_pings, plan_writes,
-    probe_holder, recheck_at, set_aside_releaser,
+    LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered,
+    first_renewal_awaited, known_alive, next_renewal_awaited, plan_pings, plan_writes,
+    probe_holder, recheck_at, set_aside_never_renewed, set_aside_releaser,
 };
 use crate::request::{CandidateView, ElectionRequest, LeaseView};
 use crate::strategy::{StrategyChoice, StrategyConflict, StrategyVote, resolve_strategy};
@@ -112,6 +112,10 @@ pub struct StepInput<'a> {
     pub has_strategy: &'a dyn Fn(&str) -> bool,
     /// When the candidates were seen arriving (`None`: not known, as for a prediction).
     pub arrivals: Option<Arrivals>,
+    /// For a missing Lease that was deleted while held: until when its last holder may still
+    /// lead by its own reckoning (its last renewal as the controller saw it, plus its duration).
+    /// `None`: not deleted while held, or not known.
+    pub deleted_while_held_until: Option<Timestamp>,
 }
 
 impl core::fmt::Debug for StepInput<'_> {
@@ -125,6 +129,7 @@ impl core::fmt::Debug for StepInput<'_> {
             .field("config", &self.config)
             .field("builtin_active", &self.builtin_active)
             .field("arrivals", &self.arrivals)
+            .field("deleted_while_held_until", &self.deleted_while_held_until)
             .finish_non_exhaustive()
     }
 }
@@ -179,6 +184,13 @@ pub enum SkipReason {
         /// The strategy.
         strategy: String,
     },
+    /// The Lease was deleted while held, and its holder may still lead until the recheck time (it
+    /// has not seen the deletion yet, or is stopping its work): creating it for someone else now
+    /// would make a second leader.
+    DeletedWhileHeld {
+        /// The strategy.
+        strategy: String,
+    },
 }
 
 impl SkipReason {
@@ -189,9 +201,10 @@ impl SkipReason {
         match self {
             Self::NoCandidates | Self::NotHandled { .. } => Some(false),
             Self::Conflict(_) => None,
-            Self::UnknownStrategy { .. } | Self::AllUnresponsive { .. } | Self::Settling { .. } => {
-                Some(true)
-            }
+            Self::UnknownStrategy { .. }
+            | Self::AllUnresponsive { .. }
+            | Self::Settling { .. }
+            | Self::DeletedWhileHeld { .. } => Some(true),
         }
     }
 }
@@ -206,6 +219,7 @@ pub struct Election {
     ack_window: Duration,
     lease_duration_seconds: i32,
     releaser_to_ping: Option<String>,
+    sit_out: Option<String>,
 }
 
 /// The second phase of a step: what the strategy's answer means for the Lease.
@@ -239,14 +253,23 @@ pub enum Outcome {
         /// When the pings' window closes.
         recheck_at: Timestamp,
     },
-    /// A write is needed but the winner's ping is outstanding, or the holder to pre-empt has not
-    /// renewed since it acquired the Lease ([`crate::plan::first_renewal_awaited`]) or is due to
-    /// renew ([`crate::plan::next_renewal_awaited`]): look again at `recheck_at`, or sooner on
-    /// the ack or the renewal.
+    /// A write is needed but the winner's ping is outstanding: look again at `recheck_at`, or
+    /// sooner on the ack.
     Wait {
         /// The best candidate.
         winner: String,
         /// When the winner's ping window closes.
+        recheck_at: Timestamp,
+    },
+    /// A pre-emption is held back because the holder has not renewed since it acquired the Lease
+    /// ([`crate::plan::first_renewal_awaited`]) or is due to renew
+    /// ([`crate::plan::next_renewal_awaited`]): look again at `recheck_at`, or sooner on the
+    /// renewal. The caller records when it first held the pre-emption back
+    /// ([`LeaseRecord::preemption_held_since`]), which bounds the whole wait.
+    AwaitRenewal {
+        /// The best candidate.
+        winner: String,
+        /// When the wait ends at the latest.
         recheck_at: Timestamp,
     },
     /// Write the Lease (with the resourceVersion it was read at).
@@ -258,6 +281,10 @@ pub enum Outcome {
         /// The instance that released the Lease, set aside because it showed no life since
         /// ([`set_aside_releaser`]): ping it along with the write, so that a live one comes back.
         also_ping: Option<String>,
+        /// The holder that let the Lease expire without ever renewing it, left out of this
+        /// election ([`set_aside_never_renewed`]): the caller records that it sits out the
+        /// Lease's elections from now on.
+        sit_out: Option<String>,
     },
 }
 
@@ -266,7 +293,10 @@ impl Outcome {
     /// opposed to being over (written, or nothing to write).
     #[must_use]
     pub const fn in_progress(&self) -> bool {
-        matches!(self, Self::Ping { .. } | Self::Wait { .. })
+        matches!(
+            self,
+            Self::Ping { .. } | Self::Wait { .. } | Self::AwaitRenewal { .. }
+        )
     }
 }
 
@@ -278,10 +308,14 @@ impl Outcome {
 ///   with different strategies: [`SkipReason::Conflict`];
 /// - a strategy the mode leaves to the built-in controller: [`SkipReason::NotHandled`];
 /// - a strategy no plugin implements: [`SkipReason::UnknownStrategy`];
+/// - a missing Lease deleted while held, whose holder may still lead:
+///   [`SkipReason::DeletedWhileHeld`] until it may not;
 /// - candidates pinged and never acked are left out, but for the holder of an unexpired Lease
 ///   ([`considered`]), and so is the instance that
 ///   released the Lease while it shows no life since and someone else can lead
-///   ([`set_aside_releaser`]); none left: [`SkipReason::AllUnresponsive`];
+///   ([`set_aside_releaser`]), and, while someone else can lead, the candidates that sit out the
+///   Lease's elections and its holder if it never renewed it ([`set_aside_never_renewed`]); none
+///   left: [`SkipReason::AllUnresponsive`];
 /// - otherwise the strategy is asked to choose among the rest.
 ///
 /// The result does not depend on the order of `input.candidates`.
@@ -320,6 +354,12 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
     if !(input.has_strategy)(&strategy) {
         return skip(SkipReason::UnknownStrategy { strategy }, None);
     }
+    if let Some(until) = input
+        .deleted_while_held_until
+        .filter(|until| input.lease.is_none() && *until > now)
+    {
+        return skip(SkipReason::DeletedWhileHeld { strategy }, Some(until));
+    }
     if let Some(settled) =
         settles_at(input.lease, input.arrivals, config.settle).filter(|at| *at > now)
     {
@@ -332,6 +372,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
         now,
         config.ack_window,
     );
+    let sit_out = set_aside_never_renewed(&mut pool, input.lease, now);
     if pool.is_empty() {
         return skip(
             SkipReason::AllUnresponsive { strategy },
@@ -360,6 +401,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
         ack_window: config.ack_window,
         lease_duration_seconds: config.lease_duration_seconds,
         releaser_to_ping,
+        sit_out,
     }))
 }
 
@@ -437,7 +479,7 @@ impl Election {
     /// the Lease for, an expired holder that answered its probe; [`known_alive`]):
     /// [`Outcome::Write`] at once, without waiting for worse candidates ([`alive_grace`] bounds
     /// how old that sign may be). A pre-emption of a holder that has not renewed since it acquired the
-    /// Lease, or that is due to renew: [`Outcome::Wait`] for that renewal
+    /// Lease, or that is due to renew: [`Outcome::AwaitRenewal`] for that renewal
     /// ([`first_renewal_awaited`], [`next_renewal_awaited`]). Otherwise ping every
     /// candidate that is not fresh ([`Outcome::Ping`]) or wait for the winner's outstanding ping
     /// ([`Outcome::Wait`]).
@@ -473,7 +515,7 @@ impl Election {
                 first_renewal_awaited(lease, now).or_else(|| next_renewal_awaited(lease, now))
             })
         {
-            return Outcome::Wait {
+            return Outcome::AwaitRenewal {
                 winner: winner.into(),
                 recheck_at,
             };
@@ -498,6 +540,7 @@ impl Election {
                 winner: winner.into(),
                 write: Box::new(write),
                 also_ping: self.releaser_to_ping.clone(),
+                sit_out: self.sit_out.clone().filter(|holder| holder != winner),
             },
             PingPlan::Ping {
                 mut candidates,
@@ -585,6 +628,8 @@ mod tests {
             renew_period: None,
             released_by: None,
             released_for: None,
+            preemption_held_since: None,
+            sitting_out: Vec::new(),
         }
     }
 
@@ -613,6 +658,7 @@ mod tests {
             builtin_active,
             has_strategy: &|s: &str| s == OEV || s == TP,
             arrivals: None,
+            deleted_while_held_until: None,
         }
     }
 
@@ -670,6 +716,7 @@ mod tests {
                     SkipReason::UnknownStrategy { strategy } => format!("skip: unknown {strategy}"),
                     SkipReason::AllUnresponsive { .. } => "skip: all unresponsive".into(),
                     SkipReason::Settling { .. } => "skip: settling".into(),
+                    SkipReason::DeletedWhileHeld { .. } => "skip: deleted while held".into(),
                 };
             }
             Plan::Decide(election) => election,
@@ -679,13 +726,18 @@ mod tests {
             Outcome::Unchanged { .. } => "unchanged".into(),
             Outcome::Ping { candidates, .. } => format!("ping {}", candidates.join(",")),
             Outcome::Wait { .. } => "wait".into(),
+            Outcome::AwaitRenewal { .. } => "await renewal".into(),
             Outcome::Write {
-                write, also_ping, ..
+                write,
+                also_ping,
+                sit_out,
+                ..
             } => {
                 let d = write.desired;
                 let ping = also_ping.map(|p| format!(" ping={p}")).unwrap_or_default();
+                let sit_out = sit_out.map(|s| format!(" sit_out={s}")).unwrap_or_default();
                 format!(
-                    "{} holder={} preferred={} strategy={}{ping}",
+                    "{} holder={} preferred={} strategy={}{ping}{sit_out}",
                     write.kind.label(),
                     d.holder().unwrap_or("-"),
                     d.preferred().unwrap_or("-"),
@@ -840,7 +892,7 @@ mod tests {
                 }),
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
-                "wait",
+                "await renewal",
             ),
             (
                 "live worse holder renewing every 2 s, last watched 1.5 s ago: wait for its next \
@@ -852,7 +904,20 @@ mod tests {
                 }),
                 vec![fresh("a"), fresh("b")],
                 Some("a"),
-                "wait",
+                "await renewal",
+            ),
+            (
+                "the same, but the pre-emption was first held back 3 s ago (each reconcile ran \
+                 late in the period): written now, not re-armed at every renewal",
+                Some(LeaseRecord {
+                    observed_renewal: Some(at(NOW) - Duration::from_millis(1500)),
+                    renew_period: Some(Duration::from_secs(2)),
+                    preemption_held_since: Some(at(NOW - 3)),
+                    ..lease(Some("b"), NOW - 2, None)
+                }),
+                vec![fresh("a"), fresh("b")],
+                Some("a"),
+                "preempt holder=b preferred=a strategy=OldestEmulationVersion",
             ),
             (
                 "live worse holder renewing every 2 s, last watched 0.5 s ago: set preferredHolder",
@@ -1246,6 +1311,106 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Review finding 1 (issue 34): `kubectl delete lease` while a holder leads. The holder sees
+    /// the deletion only at its next check, and may lead until its last renewal plus the
+    /// duration: the Lease is created for someone else only after that.
+    #[test]
+    fn a_lease_deleted_while_held_is_not_created_again_before_its_holder_s_term_could_end() {
+        let candidates = [
+            cand("a", OEV, Some(NOW + 3), None),
+            cand("b", OEV, Some(NOW + 3), None),
+        ];
+        let mut step = input(None, &candidates, Mode::All, false);
+        step.deleted_while_held_until = Some(at(NOW + 4));
+        assert_eq!(
+            plan_step(&step),
+            Plan::Skip(Skip {
+                reason: SkipReason::DeletedWhileHeld {
+                    strategy: OEV.into()
+                },
+                recheck_at: Some(at(NOW + 4)),
+            })
+        );
+        step.now = at(NOW + 4) + Duration::from_millis(1);
+        assert_eq!(
+            summary(&step, Some("a")),
+            "create holder=a preferred=- strategy=OldestEmulationVersion"
+        );
+    }
+
+    /// Review finding 6 (issue 34): a holder the controller wrote answers pings but cannot write
+    /// its Lease. At expiry it is not written back while a rival can lead; it sits out, and while
+    /// it does, it is not elected back through a pre-emption either. Alone, it stays.
+    #[test]
+    fn a_holder_that_never_renewed_sits_out_while_a_rival_can_lead() {
+        let mut stuck = lease(Some("a"), NOW - 11, None);
+        stuck.acquire_time = stuck.renew_time;
+        stuck.elected_by_conclave = true;
+        let best_first = |name: &str| CandidateView {
+            emulation_version: if name == "a" { "1.30.0" } else { "1.31.0" }.into(),
+            ..fresh(name)
+        };
+        let both = [best_first("a"), best_first("b")];
+        assert_eq!(
+            summary(&input(Some(&stuck), &both, Mode::All, false), Some("b")),
+            "take_over holder=b preferred=- strategy=OldestEmulationVersion sit_out=a"
+        );
+        let Plan::Decide(election) = plan_step(&input(Some(&stuck), &both, Mode::All, false))
+        else {
+            panic!("an election");
+        };
+        let pool: Vec<&str> = election
+            .request()
+            .candidates
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(pool, ["b"], "the strategy never sees it");
+        let alone = [best_first("a")];
+        assert_eq!(
+            summary(&input(Some(&stuck), &alone, Mode::All, false), Some("a")),
+            "take_over holder=a preferred=- strategy=OldestEmulationVersion"
+        );
+        // b now leads; a sits out for a minute: no pre-emption for it.
+        let mut b_leads = lease(Some("b"), NOW - 1, None);
+        b_leads.sitting_out = vec![crate::lease::SitOut {
+            candidate: "a".into(),
+            until: at(NOW + 60),
+        }];
+        assert_eq!(
+            summary(&input(Some(&b_leads), &both, Mode::All, false), Some("b")),
+            "unchanged"
+        );
+        b_leads.sitting_out[0].until = at(NOW);
+        assert_eq!(
+            summary(&input(Some(&b_leads), &both, Mode::All, false), Some("a")),
+            "preempt holder=b preferred=a strategy=OldestEmulationVersion"
+        );
+        // A holder that renewed once is no such holder.
+        let mut renewed_once = stuck.clone();
+        renewed_once.renew_time = Some(at(NOW - 11));
+        renewed_once.acquire_time = Some(at(NOW - 13));
+        assert_eq!(
+            summary(
+                &input(Some(&renewed_once), &both, Mode::All, false),
+                Some("a")
+            ),
+            "take_over holder=a preferred=- strategy=OldestEmulationVersion"
+        );
+        assert_eq!(
+            crate::plan::never_renewed_backoff(1),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            crate::plan::never_renewed_backoff(3),
+            Duration::from_secs(240)
+        );
+        assert_eq!(
+            crate::plan::never_renewed_backoff(9),
+            Duration::from_secs(960)
+        );
     }
 
     /// Review finding 4 (issue 34): the answer to a probe counts at expiry for the Lease's own

@@ -9,6 +9,7 @@ use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
 use conclave_core::lease::LeaseRecord;
+use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -113,10 +114,28 @@ impl Caches {
         }
     }
 
-    /// Fills in what this controller watched of the renewal `record` carries (see
-    /// [`index::Renewals::annotate`]).
-    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
-        self.renewals.annotate(key, record);
+    /// Fills in what this controller saw of the renewal `record` carries, a record it had not
+    /// seen counting as renewed at `now` (see [`index::Renewals::annotate`]).
+    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord, now: Timestamp) {
+        self.renewals.annotate(key, record, now);
+    }
+
+    /// Records that a step held back a pre-emption of `key`'s holder at `now` (see
+    /// [`index::Renewals::preemption_held_back`]).
+    pub fn preemption_held_back(&self, key: &LeaseKey, now: Timestamp) {
+        self.renewals.preemption_held_back(key, now);
+    }
+
+    /// Records that `candidate` sits out `key`'s elections from `now`; returns how many times in a
+    /// row and until when (see [`index::Renewals::sit_out`]).
+    pub fn sit_out(&self, key: &LeaseKey, candidate: &str, now: Timestamp) -> (u32, Timestamp) {
+        self.renewals.sit_out(key, candidate, now)
+    }
+
+    /// Until when the holder of a Lease deleted while held may still lead (see
+    /// [`index::Renewals::held_after_deletion`]).
+    pub fn held_after_deletion(&self, key: &LeaseKey, now: Timestamp) -> Option<Timestamp> {
+        self.renewals.held_after_deletion(key, now)
     }
 
     /// Waits until every store has completed its first list.

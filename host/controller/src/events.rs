@@ -42,6 +42,9 @@ pub enum EventReason {
     StrategyConflict,
     /// No loaded plugin implements the Lease's strategy.
     UnknownStrategy,
+    /// A holder was elected and never renewed the Lease before it expired: it sits out the
+    /// Lease's elections for a while.
+    HolderNeverRenewed,
 }
 
 impl EventReason {
@@ -54,6 +57,7 @@ impl EventReason {
             Self::PluginError => "PluginError",
             Self::StrategyConflict => "StrategyConflict",
             Self::UnknownStrategy => "UnknownStrategy",
+            Self::HolderNeverRenewed => "HolderNeverRenewed",
         }
     }
 
@@ -62,9 +66,10 @@ impl EventReason {
     pub const fn event_type(self) -> EventType {
         match self {
             Self::Elected | Self::Preempted => EventType::Normal,
-            Self::PluginError | Self::StrategyConflict | Self::UnknownStrategy => {
-                EventType::Warning
-            }
+            Self::PluginError
+            | Self::StrategyConflict
+            | Self::UnknownStrategy
+            | Self::HolderNeverRenewed => EventType::Warning,
         }
     }
 }

@@ -20,7 +20,7 @@ use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
 use conclave_core::k8s::{now, timestamp};
-use conclave_core::lease::LeaseRecord;
+use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -56,7 +56,7 @@ pub async fn leases<S>(
             }
             Ok(watcher::Event::Delete(lease)) => {
                 if let Some(key) = LeaseKey::of_lease(&lease) {
-                    renewals.deleted(&key);
+                    renewals.deleted(&key, &lease, now());
                     own_writes.observed(&key);
                     queue.add(key);
                 }
@@ -67,7 +67,7 @@ pub async fn leases<S>(
             Ok(watcher::Event::InitApply(lease)) => {
                 let key = LeaseKey::of_lease(&lease);
                 if let Some(key) = &key {
-                    renewals.listed(key, &lease);
+                    renewals.listed(key, &lease, now());
                 }
                 relist.add(key);
             }
@@ -86,26 +86,45 @@ pub async fn leases<S>(
 /// filled from. Expiry is judged from the moment of observation as client-go does, not only from
 /// the holder's timestamps; a releaser must show it lives before it is elected again
 /// (`conclave_core::plan::liveness_since`).
+///
+/// It also keeps, for a Lease deleted while held, until when its holder may still lead by its own
+/// reckoning (its last renewal as watched, plus its duration): `kubectl delete lease` is a common
+/// way to force a re-election, and a Lease recreated for someone else at once would have a second
+/// leader while the first one has not yet seen the deletion (issue 34, finding 1).
 #[derive(Debug, Default)]
-pub struct Renewals(Mutex<HashMap<LeaseKey, Renewal>>);
+pub struct Renewals(Mutex<RenewalsState>);
 
-/// One Lease's current renewal: when it was watched arriving (`None`: listed, not watched);
-/// whether it is the first of its holder (an acquisition, or listed); how long after the same
-/// holder's previous watched renewal (`None`: not both watched, or the previous one was the
-/// acquisition, which a controller's take-over writes at any point of the holder's period); its
-/// latest `preferredHolder`; the holder whose watched write cleared `holderIdentity` unasked
-/// (`None`: held, asked to step down, or release not watched); and the candidate a pre-empted
-/// holder released it for (`None`: held, released unasked, or release not watched).
+#[derive(Debug, Default)]
+struct RenewalsState {
+    current: HashMap<LeaseKey, Renewal>,
+    deleted_while_held: HashMap<LeaseKey, Timestamp>,
+    /// Lease -> candidate -> (times in a row it never renewed, until when it sits out).
+    sitting_out: HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
+}
+
+/// One Lease's current renewal: when this controller first saw it, by its own clock (watched
+/// arriving, or listed or read: never by the holder's clock alone); whether it is the first of
+/// its holder (an acquisition, or listed); whether it was watched arriving (a listed one arrived
+/// at an unknown moment before); how long after the same holder's previous watched renewal
+/// (`None`: not both watched, or the previous one was the acquisition, which a controller's
+/// take-over writes at any point of the holder's period); the candidate any `preferredHolder`
+/// seen during this holder's tenure named (kept when the `preferredHolder` is cleared again); the
+/// holder whose watched write cleared `holderIdentity` unasked (`None`: held, asked to step down,
+/// or release not watched); and the candidate a pre-empted holder released it for (`None`: held,
+/// released unasked, or release not watched); and when a step first held back a pre-emption of
+/// this holder to wait for its renewal (`None`: never).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Renewal {
     holder: Option<String>,
     renew_time: Option<Timestamp>,
-    seen_at: Option<Timestamp>,
+    seen_at: Timestamp,
+    watched: bool,
     first_of_holder: bool,
     period: Option<Duration>,
-    preferred: Option<String>,
+    asked_for: Option<String>,
     released_by: Option<String>,
     released_for: Option<String>,
+    preemption_held_since: Option<Timestamp>,
 }
 
 impl Renewal {
@@ -114,16 +133,31 @@ impl Renewal {
     }
 
     /// What a next renewal that clears the holder means: who released the Lease unasked (this
-    /// renewal's holder, unless a `preferredHolder` named someone else) and for whom (that
-    /// `preferredHolder`, who asked the holder to step down). For a Lease already free, what its
-    /// release meant before.
+    /// renewal's holder, unless a `preferredHolder` seen during its tenure named someone else)
+    /// and for whom (that `preferredHolder`, who asked the holder to step down). For a Lease
+    /// already free, what its release meant before.
+    ///
+    /// Any `preferredHolder` of the tenure counts, not only the latest: when the preferred
+    /// candidate disappears while the holder drains, the controller clears `preferredHolder`, and
+    /// the holder, asked to step down before, releases all the same; read as unasked, it was set
+    /// aside, and a worse candidate got a term only to be pre-empted (issue 34, finding 7).
     fn release(&self) -> (Option<String>, Option<String>) {
         let Some(holder) = named(self.holder.as_deref()) else {
             return (self.released_by.clone(), self.released_for.clone());
         };
-        match named(self.preferred.as_deref()) {
-            Some(preferred) if preferred != holder => (None, Some(preferred.to_owned())),
-            _ => (Some(holder.to_owned()), None),
+        match &self.asked_for {
+            Some(successor) => (None, Some(successor.clone())),
+            None => (Some(holder.to_owned()), None),
+        }
+    }
+
+    /// Records a `preferredHolder` seen on this renewal: it asks the holder to step down when it
+    /// names someone else.
+    fn saw_preferred(&mut self, preferred: Option<String>) {
+        if let Some(successor) = preferred.filter(|p| {
+            !p.is_empty() && named(self.holder.as_deref()).is_some_and(|holder| holder != p)
+        }) {
+            self.asked_for = Some(successor);
         }
     }
 }
@@ -142,12 +176,14 @@ impl Renewals {
     pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
         let (holder, renew_time) = Self::renewal_of(lease);
         let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
-        let mut renewals = lock(&self.0);
+        let mut state = lock(&self.0);
+        state.deleted_while_held.remove(key);
+        let renewals = &mut state.current;
         if let Some(same) = renewals
             .get_mut(key)
             .filter(|r| r.is(holder.as_deref(), renew_time))
         {
-            same.preferred = preferred;
+            same.saw_preferred(preferred);
             return;
         }
         let previous = renewals.get(key);
@@ -158,77 +194,164 @@ impl Renewals {
         let same_holder =
             previous.filter(|p| named(p.holder.as_deref()).is_some() && p.holder == holder);
         let period = same_holder
-            .filter(|p| !p.first_of_holder)
-            .and_then(|p| p.seen_at)
-            .map(|seen| seen.elapsed_at(now));
+            .filter(|p| !p.first_of_holder && p.watched)
+            .map(|p| p.seen_at.elapsed_at(now));
         let first_of_holder = same_holder.is_none();
-        renewals.insert(
-            key.clone(),
-            Renewal {
-                holder,
-                renew_time,
-                seen_at: Some(now),
-                first_of_holder,
-                period,
-                preferred,
-                released_by,
-                released_for,
-            },
-        );
+        let asked_for = same_holder.and_then(|p| p.asked_for.clone());
+        let preemption_held_since = same_holder.and_then(|p| p.preemption_held_since);
+        let mut renewal = Renewal {
+            holder,
+            renew_time,
+            seen_at: now,
+            watched: true,
+            first_of_holder,
+            period,
+            asked_for,
+            released_by,
+            released_for,
+            preemption_held_since,
+        };
+        renewal.saw_preferred(preferred);
+        renewals.insert(key.clone(), renewal);
     }
 
-    /// A relist delivered `lease`: a renewal already watched keeps its time and releaser, a new one
-    /// gets neither (it arrived while the watch was down, at an unknown moment, from an unknown
-    /// writer).
-    pub fn listed(&self, key: &LeaseKey, lease: &Lease) {
+    /// A relist at `now` delivered `lease`: a renewal already watched keeps its time and
+    /// releaser; a new one arrived while the watch was down, at an unknown moment, from an unknown
+    /// writer, and counts as renewed when it was listed, by this controller's clock. Judged by
+    /// its `renewTime` instead (the holder's clock), a holder whose clock runs behind would be
+    /// replaced while it still leads, right after every controller start or relist (issue 34,
+    /// finding 2; client-go stamps a renewal with the time it first observed it, too).
+    pub fn listed(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
         let (holder, renew_time) = Self::renewal_of(lease);
-        let mut renewals = lock(&self.0);
         let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
-        match renewals.get_mut(key) {
+        let mut state = lock(&self.0);
+        state.deleted_while_held.remove(key);
+        match state.current.get_mut(key) {
             Some(renewal) if renewal.is(holder.as_deref(), renew_time) => {
-                renewal.preferred = preferred;
+                renewal.saw_preferred(preferred);
             }
             _ => {
-                renewals.insert(
-                    key.clone(),
-                    Renewal {
-                        holder,
-                        renew_time,
-                        seen_at: None,
-                        first_of_holder: true,
-                        period: None,
-                        preferred,
-                        released_by: None,
-                        released_for: None,
-                    },
-                );
+                let mut renewal = Renewal {
+                    holder,
+                    renew_time,
+                    seen_at: now,
+                    watched: false,
+                    first_of_holder: true,
+                    period: None,
+                    asked_for: None,
+                    released_by: None,
+                    released_for: None,
+                    preemption_held_since: None,
+                };
+                renewal.saw_preferred(preferred);
+                state.current.insert(key.clone(), renewal);
             }
         }
     }
 
-    /// The Lease was deleted.
-    pub fn deleted(&self, key: &LeaseKey) {
-        lock(&self.0).remove(key);
+    /// A watch event at `now` delivered the deletion of `lease`. If it was held, its holder may
+    /// lead until its last renewal, as first seen by this controller, plus its duration: the
+    /// Lease is not created again for anyone before then ([`Renewals::held_after_deletion`]).
+    pub fn deleted(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
+        let (holder, renew_time) = Self::renewal_of(lease);
+        let duration = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
+        let mut state = lock(&self.0);
+        let renewal = state.current.remove(key);
+        let (Some(_), Some(duration)) = (named(holder.as_deref()), duration) else {
+            state.deleted_while_held.remove(key);
+            return;
+        };
+        let renewed = renewal
+            .filter(|r| r.is(holder.as_deref(), renew_time))
+            .map_or(now, |r| r.seen_at);
+        state
+            .deleted_while_held
+            .insert(key.clone(), renewed + duration);
     }
 
-    /// Fills in what this controller watched of the renewal `record` carries: when it arrived
+    /// A step at `now` held back a pre-emption of the current holder of `key`'s Lease to wait
+    /// for its renewal: the first such time of this holder's tenure bounds the whole wait
+    /// (`LeaseRecord::preemption_held_since`).
+    pub fn preemption_held_back(&self, key: &LeaseKey, now: Timestamp) {
+        if let Some(renewal) = lock(&self.0).current.get_mut(key) {
+            renewal.preemption_held_since.get_or_insert(now);
+        }
+    }
+
+    /// `candidate`, written as holder of `key`'s Lease, let it expire without renewing it: it sits
+    /// out the Lease's elections from `now` for
+    /// [`conclave_core::plan::never_renewed_backoff`], longer each time in a row (a candidate
+    /// that sat out before and failed again within a sit-out's length of its end). Returns how
+    /// many times in a row, and until when.
+    pub fn sit_out(&self, key: &LeaseKey, candidate: &str, now: Timestamp) -> (u32, Timestamp) {
+        let mut state = lock(&self.0);
+        let lease = state.sitting_out.entry(key.clone()).or_default();
+        let strikes = lease.get(candidate).map_or(1, |(strikes, until)| {
+            let backoff = conclave_core::plan::never_renewed_backoff(*strikes);
+            if *until + backoff > now {
+                strikes.saturating_add(1)
+            } else {
+                1
+            }
+        });
+        let until = now + conclave_core::plan::never_renewed_backoff(strikes);
+        lease.insert(candidate.to_owned(), (strikes, until));
+        (strikes, until)
+    }
+
+    /// Until when the holder of `key`'s Lease, deleted while held, may still lead by its own
+    /// reckoning; `None` when the Lease was not deleted while held, was seen again, or that time
+    /// has passed at `now`.
+    #[must_use]
+    pub fn held_after_deletion(&self, key: &LeaseKey, now: Timestamp) -> Option<Timestamp> {
+        let mut state = lock(&self.0);
+        let until = *state.deleted_while_held.get(key)?;
+        if until > now {
+            Some(until)
+        } else {
+            state.deleted_while_held.remove(key);
+            None
+        }
+    }
+
+    /// Fills in what this controller saw of the renewal `record` carries: when it first saw it
     /// (`observed_renewal`), how long after the same holder's previous one (`renew_period`) and,
-    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). None
-    /// is known when the record is not the renewal last watched (a newer write of this
-    /// controller's own).
-    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord) {
-        let renewals = lock(&self.0);
-        let Some(renewal) = renewals
+    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). A
+    /// record newer than the renewal last seen (a write of this controller's own, or a read after
+    /// a write conflict) was first seen `now`: its renewal counts from then, never from the
+    /// holder's `renewTime` alone, and nothing else is known of it.
+    pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord, now: Timestamp) {
+        let state = lock(&self.0);
+        record.sitting_out = state
+            .sitting_out
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(candidate, (_, until))| SitOut {
+                candidate: candidate.clone(),
+                until: *until,
+            })
+            .collect();
+        let Some(renewal) = state
+            .current
             .get(key)
             .filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
         else {
-            record.observed_renewal = None;
+            record.observed_renewal = Some(now);
             record.renew_period = None;
             record.released_by = None;
             record.released_for = None;
+            record.preemption_held_since = None;
             return;
         };
-        record.observed_renewal = renewal.seen_at;
+        record.observed_renewal = Some(renewal.seen_at);
+        record.preemption_held_since = renewal.preemption_held_since;
         record.renew_period = renewal.period;
         record.released_by = renewal.released_by.clone();
         record.released_for = renewal.released_for.clone();
@@ -715,9 +838,12 @@ mod tests {
     /// The record of `lease` as this controller's watch annotates it.
     fn annotated_record(renewals: &Renewals, k: &LeaseKey, lease: &Lease) -> LeaseRecord {
         let mut record = conclave_core::k8s::lease_record(lease);
-        renewals.annotate(k, &mut record);
+        renewals.annotate(k, &mut record, READ_AT);
         record
     }
+
+    /// When a step reads a record, in these tests.
+    const READ_AT: Timestamp = Timestamp::from_secs(1_000);
 
     /// `record` as this controller's watch annotates it: (observed renewal, releaser).
     fn annotated(
@@ -739,11 +865,11 @@ mod tests {
         let renewals = Renewals::default();
         let k = key("ns", "a");
         let first = renewed(lease("ns", "a", "1"), "x", 50);
-        renewals.listed(&k, &first);
+        renewals.listed(&k, &first, Timestamp::from_secs(90));
         assert_eq!(
             annotated(&renewals, &k, &first),
-            (None, None),
-            "listed, not watched"
+            (Some(Timestamp::from_secs(90)), None),
+            "listed, not watched: renewed when listed, by this controller's clock"
         );
 
         let second = renewed(lease("ns", "a", "2"), "x", 60);
@@ -756,12 +882,191 @@ mod tests {
         renewals.watched(&k, &preempted, Timestamp::from_secs(105));
         assert_eq!(annotated(&renewals, &k, &second), at_100);
         // A relist of the same renewal keeps it; a record of another renewal has no time.
-        renewals.listed(&k, &preempted);
+        renewals.listed(&k, &preempted, Timestamp::from_secs(110));
         assert_eq!(annotated(&renewals, &k, &second), at_100);
         let other = renewed(lease("ns", "a", "4"), "x", 70);
-        assert_eq!(annotated(&renewals, &k, &other), (None, None));
-        renewals.deleted(&k);
-        assert_eq!(annotated(&renewals, &k, &second), (None, None));
+        assert_eq!(
+            annotated(&renewals, &k, &other),
+            (Some(READ_AT), None),
+            "a renewal not seen before counts from when it is read"
+        );
+        renewals.deleted(&k, &second, Timestamp::from_secs(120));
+        assert_eq!(annotated(&renewals, &k, &second), (Some(READ_AT), None));
+    }
+
+    /// Review finding 2 (issue 34): after a controller start or a relist, a holder whose clock
+    /// runs 8 s behind (its `renewTime` says 92 when the controller lists it at 100) must not be
+    /// replaced before its 10 s Lease expires by the controller's clock: that renewal counts from
+    /// the listing, as client-go counts a renewal from when it first observed it.
+    #[test]
+    fn a_listed_renewal_counts_from_when_it_was_listed_not_from_the_holder_s_clock() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let mut behind = renewed(lease("ns", "a", "1"), "x", 92);
+        behind.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
+        renewals.listed(&k, &behind, Timestamp::from_secs(100));
+        let record = annotated_record(&renewals, &k, &behind);
+        assert!(
+            !record.is_expired(Timestamp::from_secs(105)),
+            "by its renewTime it expired at 102"
+        );
+        assert!(record.is_expired(Timestamp::from_secs(111)));
+    }
+
+    /// Review finding 1 (issue 34): a Lease deleted while held is not created again for anyone
+    /// before its holder's term could have ended: its last renewal as seen, plus its duration.
+    #[test]
+    fn a_lease_deleted_while_held_is_held_until_its_last_renewal_expires() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let mut held = renewed(lease("ns", "a", "1"), "x", 40);
+        held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        renewals.watched(&k, &held, Timestamp::from_secs(50));
+        renewals.deleted(&k, &held, Timestamp::from_secs(52));
+        let until = Some(Timestamp::from_secs(65));
+        assert_eq!(
+            renewals.held_after_deletion(&k, Timestamp::from_secs(52)),
+            until
+        );
+        assert_eq!(
+            renewals.held_after_deletion(&k, Timestamp::from_secs(64)),
+            until
+        );
+        assert_eq!(
+            renewals.held_after_deletion(&k, Timestamp::from_secs(65)),
+            None
+        );
+        // A renewal never seen before the deletion counts from the deletion.
+        let mut unseen = renewed(lease("ns", "b", "1"), "x", 10);
+        unseen.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        renewals.deleted(&key("ns", "b"), &unseen, Timestamp::from_secs(52));
+        assert_eq!(
+            renewals.held_after_deletion(&key("ns", "b"), Timestamp::from_secs(60)),
+            Some(Timestamp::from_secs(67))
+        );
+        // Created again (by anyone): the deletion no longer holds it.
+        renewals.deleted(&k, &held, Timestamp::from_secs(52));
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "2"), "y", 53),
+            Timestamp::from_secs(53),
+        );
+        assert_eq!(
+            renewals.held_after_deletion(&k, Timestamp::from_secs(54)),
+            None
+        );
+        // A free Lease deleted holds nothing.
+        let free = renewed(lease("ns", "c", "1"), "", 50);
+        renewals.deleted(&key("ns", "c"), &free, Timestamp::from_secs(52));
+        assert_eq!(
+            renewals.held_after_deletion(&key("ns", "c"), Timestamp::from_secs(52)),
+            None
+        );
+    }
+
+    /// Review finding 8 (issue 34): the first held-back pre-emption of a holder is remembered
+    /// across its renewals, so the wait it bounds is not re-armed by each one; a new holder
+    /// starts afresh.
+    #[test]
+    fn a_held_back_pre_emption_is_remembered_for_the_holder_s_tenure() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let held_since =
+            |lease: &Lease| annotated_record(&renewals, &k, lease).preemption_held_since;
+        let first = renewed(lease("ns", "a", "1"), "x", 50);
+        renewals.watched(&k, &first, Timestamp::from_secs(50));
+        assert_eq!(held_since(&first), None);
+        renewals.preemption_held_back(&k, Timestamp::from_secs(51));
+        renewals.preemption_held_back(&k, Timestamp::from_secs(52));
+        let next = renewed(lease("ns", "a", "2"), "x", 53);
+        renewals.watched(&k, &next, Timestamp::from_secs(53));
+        assert_eq!(held_since(&next), Some(Timestamp::from_secs(51)));
+        let other = renewed(lease("ns", "a", "3"), "y", 54);
+        renewals.watched(&k, &other, Timestamp::from_secs(54));
+        assert_eq!(held_since(&other), None);
+    }
+
+    /// Review finding 6 (issue 34): a holder that never renewed sits out a minute, longer each
+    /// time in a row, and the records of the Lease say so until then.
+    #[test]
+    fn a_holder_that_never_renewed_sits_out_longer_each_time_in_a_row() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let t = Timestamp::from_secs;
+        assert_eq!(renewals.sit_out(&k, "x", t(100)), (1, t(160)));
+        let held = renewed(lease("ns", "a", "1"), "y", 100);
+        let sitting = |at: Timestamp| {
+            let mut record = conclave_core::k8s::lease_record(&held);
+            renewals.annotate(&k, &mut record, at);
+            record.sitting_out
+        };
+        assert_eq!(
+            sitting(t(159)),
+            [SitOut {
+                candidate: "x".into(),
+                until: t(160)
+            }]
+        );
+        assert!(sitting(t(160)).is_empty(), "its time is over");
+        assert_eq!(
+            renewals.sit_out(&k, "x", t(170)),
+            (2, t(290)),
+            "again soon after"
+        );
+        assert_eq!(
+            renewals.sit_out(&k, "x", t(2_000)),
+            (1, t(2_060)),
+            "long after"
+        );
+        assert!(sitting(t(100)).iter().all(|s| s.candidate == "x"), "only x");
+        assert!(
+            renewals.sit_out(&key("ns", "b"), "x", t(100)).0 == 1,
+            "per Lease"
+        );
+    }
+
+    /// Review finding 7 (issue 34): the preferred candidate disappears while the pre-empted
+    /// holder drains, the controller clears `preferredHolder`, the holder releases all the same:
+    /// it was asked to step down, so it is no leaver to set aside.
+    #[test]
+    fn a_release_after_a_cleared_preferred_holder_still_counts_as_asked() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "1"), "x", 50),
+            Timestamp::from_secs(50),
+        );
+        let mut asked = renewed(lease("ns", "a", "2"), "x", 50);
+        asked.spec.as_mut().unwrap().preferred_holder = Some("z".into());
+        renewals.watched(&k, &asked, Timestamp::from_secs(51));
+        // The holder renews while it drains; then the controller clears preferredHolder.
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "3"), "x", 52),
+            Timestamp::from_secs(52),
+        );
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "4"), "x", 52),
+            Timestamp::from_secs(53),
+        );
+        let released = renewed(lease("ns", "a", "5"), "", 54);
+        renewals.watched(&k, &released, Timestamp::from_secs(54));
+        assert_eq!(
+            annotated(&renewals, &k, &released),
+            (Some(Timestamp::from_secs(54)), None),
+            "not released unasked"
+        );
+        // The next holder's tenure starts with no request.
+        renewals.watched(
+            &k,
+            &renewed(lease("ns", "a", "6"), "y", 55),
+            Timestamp::from_secs(55),
+        );
+        let left = renewed(lease("ns", "a", "7"), "", 56);
+        renewals.watched(&k, &left, Timestamp::from_secs(56));
+        assert_eq!(annotated(&renewals, &k, &left).1.as_deref(), Some("y"));
     }
 
     #[test]
@@ -776,7 +1081,11 @@ mod tests {
             renewals.watched(&k, &lease, Timestamp::from_secs(seen));
             lease
         };
-        renewals.listed(&k, &renewed(lease("ns", "a", "0"), "x", 50));
+        renewals.listed(
+            &k,
+            &renewed(lease("ns", "a", "0"), "x", 50),
+            Timestamp::from_secs(51),
+        );
         let first = watch("x", 60, 61);
         assert_eq!(
             period(&first),
@@ -866,7 +1175,10 @@ mod tests {
         assert_eq!(handed_to(&renewals, &k, &held), None, "held again");
         // A release seen only in a relist has no known releaser.
         let fresh = Renewals::default();
-        fresh.listed(&k, &released);
-        assert_eq!(annotated(&fresh, &k, &released), (None, None));
+        fresh.listed(&k, &released, Timestamp::from_secs(70));
+        assert_eq!(
+            annotated(&fresh, &k, &released),
+            (Some(Timestamp::from_secs(70)), None)
+        );
     }
 }

@@ -195,6 +195,8 @@ pub struct Metrics {
     pub candidates: Gauge,
     /// Candidates deleted by garbage collection.
     pub gc_deletions: Counter,
+    /// Holders that never renewed the Lease they were given, set aside from its elections.
+    pub holders_never_renewed: Counter,
     /// API writes by operation and result.
     pub writes: Family<WriteLabels, Counter>,
     /// Writes not sent because this replica no longer leads, by operation.
@@ -219,6 +221,7 @@ impl Metrics {
             managed_leases: Gauge::default(),
             candidates: Gauge::default(),
             gc_deletions: Counter::default(),
+            holders_never_renewed: Counter::default(),
             writes: Family::default(),
             writes_dropped: Family::default(),
             active: Gauge::default(),
@@ -283,6 +286,12 @@ impl Metrics {
             "gc_deletions",
             "LeaseCandidates deleted by garbage collection",
             metrics.gc_deletions.clone(),
+        );
+        r.register(
+            "holders_never_renewed",
+            "Holders elected that never renewed the Lease before it expired, set aside from its \
+             elections",
+            metrics.holders_never_renewed.clone(),
         );
         r.register(
             "api_writes",

@@ -105,7 +105,7 @@ async fn step(
     let now = now();
     let lease = lease_obj.map(|lease| {
         let mut record = lease_record(lease);
-        ctx.caches.annotate(key, &mut record);
+        ctx.caches.annotate(key, &mut record, now);
         record
     });
     let candidates = valid_candidates(ctx, key);
@@ -122,6 +122,7 @@ async fn step(
             builtin_active: ctx.builtin_active(),
             has_strategy: &has_strategy,
             arrivals: ctx.caches.arrivals(key),
+            deleted_while_held_until: ctx.caches.held_after_deletion(key, now),
         })
     };
     let election = match plan {
@@ -199,20 +200,59 @@ async fn step(
             Ok((Next::At(recheck_at), Progress::Continues))
         }
         Outcome::Wait { winner, recheck_at } => {
-            tracing::debug!(%winner, "waiting for an ack, or for the holder to pre-empt to renew first");
+            tracing::debug!(%winner, "waiting for an ack");
+            Ok((Next::At(recheck_at), Progress::Continues))
+        }
+        Outcome::AwaitRenewal { winner, recheck_at } => {
+            tracing::debug!(%winner, "waiting for the holder to pre-empt to renew first");
+            ctx.caches.preemption_held_back(key, now);
             Ok((Next::At(recheck_at), Progress::Continues))
         }
         Outcome::Write {
             winner,
             write,
             also_ping,
+            sit_out,
         } => {
             if let Some(leaver) = also_ping {
                 ping_leaver(ctx, key, &election, &leaver, now).await?;
             }
-            write_lease(ctx, key, lease_obj, &election, &winner, &write, now).await
+            let written = write_lease(ctx, key, lease_obj, &election, &winner, &write, now).await;
+            if written.is_ok()
+                && let Some(holder) = sit_out
+            {
+                sit_out_never_renewed(ctx, key, lease_obj, &holder, &winner, now);
+            }
+            written
         }
     }
+}
+
+/// Records that `holder`, written into the Lease and never renewing it, sits out its elections
+/// (see `conclave_core::plan::never_renewed_holder`), with a Warning Event and a metric saying
+/// why: it answers pings but cannot write its Lease (RBAC, an admission policy, a stuck hook).
+fn sit_out_never_renewed(
+    ctx: &Context,
+    key: &LeaseKey,
+    lease_obj: Option<&Lease>,
+    holder: &str,
+    winner: &str,
+    now: Timestamp,
+) {
+    let (strikes, until) = ctx.caches.sit_out(key, holder, now);
+    let seconds = until.elapsed_at(now).as_secs();
+    ctx.metrics.holders_never_renewed.inc();
+    tracing::warn!(%holder, %winner, strikes, sits_out_s = seconds, "the holder never renewed the Lease it was given; electing another");
+    ctx.events.publish(
+        lease_obj,
+        key,
+        EventReason::HolderNeverRenewed,
+        format!(
+            "{holder} was elected but never renewed the Lease before it expired (can it update \
+             Leases? check its RBAC and admission policies); {winner} elected instead, and {holder} \
+             sits out this Lease's elections for {seconds} s (time {strikes} in a row)"
+        ),
+    );
 }
 
 /// Pings the instance that released the Lease unasked and has shown no life since, before the
@@ -308,6 +348,12 @@ fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason:
         SkipReason::Settling { .. } => {
             tracing::debug!(
                 "candidates of a new Lease are still arriving; electing once they settle"
+            );
+        }
+        SkipReason::DeletedWhileHeld { .. } => {
+            tracing::info!(
+                "the Lease was deleted while held; creating it again once its holder's term \
+                 could have ended"
             );
         }
     }

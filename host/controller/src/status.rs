@@ -393,6 +393,7 @@ fn predict(
         has_strategy: &has_strategy,
         // A prediction shows whom the election picks, not when.
         arrivals: None,
+        deleted_while_held_until: None,
     });
     let lease_strategy = record.and_then(LeaseRecord::strategy);
     let source = |strategy: String| {
@@ -430,6 +431,12 @@ fn predict(
                     source(strategy),
                     Pick::Unavailable("its candidates are still arriving".into()),
                 ),
+                SkipReason::DeletedWhileHeld { strategy } => (
+                    source(strategy),
+                    Pick::Unavailable(
+                        "it was deleted while held; its holder may still be leading".into(),
+                    ),
+                ),
             };
         }
         Plan::Decide(election) => election,
@@ -442,7 +449,9 @@ fn predict(
                 name: winner,
                 needs_ping: false,
             },
-            Outcome::Ping { winner, .. } | Outcome::Wait { winner, .. } => Pick::Candidate {
+            Outcome::Ping { winner, .. }
+            | Outcome::Wait { winner, .. }
+            | Outcome::AwaitRenewal { winner, .. } => Pick::Candidate {
                 name: winner,
                 needs_ping: true,
             },
