@@ -207,7 +207,10 @@ impl Candidate {
             if let (Some(spec), Some(old)) = (wanted.spec.as_mut(), existing.spec.as_ref()) {
                 // pingTime belongs to the controller: keep it (pings are persistent upstream).
                 spec.ping_time = old.ping_time.clone();
-                spec.renew_time = Some(micro_time(k8s::now()));
+                spec.renew_time = Some(micro_time(answer_time(
+                    k8s::now(),
+                    old.ping_time.as_ref().map(|p| timestamp(p.0)),
+                )));
             }
             match self
                 .api
@@ -257,6 +260,19 @@ impl Candidate {
             Err(e) => Err(self.error("delete LeaseCandidate", e)),
         }
     }
+}
+
+/// The `renewTime` of a renewal at `now` (this instance's clock) of a candidate last pinged at
+/// `ping` (the controller's clock): never before the ping. With a clock behind the controller's,
+/// `now` alone would leave the ping unanswered: the controller would not count the answer, and
+/// this instance would read its own renewal as still pinged and write again at once, GET and PUT
+/// in a loop; with a skew past the ack window, a Lease whose only candidate it is would never get
+/// a leader (issue 34, finding 5).
+fn answer_time(
+    now: conclave_core::time::Timestamp,
+    ping: Option<conclave_core::time::Timestamp>,
+) -> conclave_core::time::Timestamp {
+    ping.map_or(now, |ping| ping.max(now))
 }
 
 /// Whether the controller asked for proof of life that has not been given yet.

@@ -769,8 +769,8 @@ enum Check {
     Holding,
     /// The Lease asks to hand over.
     Preempted(String),
-    /// Someone else holds it, or it is gone.
-    Lost,
+    /// Someone else holds it, or it is gone: someone else may lead already.
+    Taken,
 }
 
 impl Runner {
@@ -1104,6 +1104,7 @@ impl Runner {
         let mut lease = *won.lease;
         let mut renewed_at = won.renewed_at;
         let mut next_renewal = renewed_at + self.config().retry_period;
+        let mut taken = false;
         let reason = loop {
             let deadline = renewed_at + self.config().renew_deadline;
             let renew_due = tokio::select! {
@@ -1124,7 +1125,10 @@ impl Runner {
                 Check::Preempted(preferred_holder) => {
                     break StopReason::Preempted { preferred_holder };
                 }
-                Check::Lost => break StopReason::LeaseLost,
+                Check::Taken => {
+                    taken = true;
+                    break StopReason::LeaseLost;
+                }
             }
         };
         let lost = reason == StopReason::LeaseLost;
@@ -1144,7 +1148,14 @@ impl Runner {
             .send_replace(LeaderState::Draining { term: number });
         term.stop();
         let (still_held, leaked, stopped) = self
-            .drain(&term, &mut lease, &mut renewed_at, lost, next_renewal)
+            .drain(
+                &term,
+                &mut lease,
+                &mut renewed_at,
+                lost,
+                taken,
+                next_renewal,
+            )
             .await;
         let stopped_at = k8s::now();
         let stopped_monotonic = MonotonicTime::now();
@@ -1198,14 +1209,23 @@ impl Runner {
     }
 
     /// Waits for the term's tasks, renewing the Lease meanwhile (unless it was lost), bounded by
-    /// the drain timeout, and when the Lease is lost by the time anyone could consider it
-    /// expired. Returns (still held, leaked tasks, all stopped).
+    /// the drain timeout; once the Lease is lost, the tasks still running are aborted
+    /// [`ABORT_GRACE`] before anyone could consider it expired, so that they have stopped by
+    /// then; once it is taken (another holder named, or the Lease deleted), at once, since
+    /// someone else may lead already. Returns (still held, leaked tasks, all stopped).
+    ///
+    /// Aborting only at the expiry let a task that does not yield overlap the next leader, which
+    /// the controller writes within milliseconds of the expiry, by up to the grace; and a term
+    /// whose Lease was deleted (`kubectl delete lease`, a common way to force a re-election)
+    /// drained until its own expiry while the Lease was created for someone else (issue 34,
+    /// finding 1).
     async fn drain(
         &mut self,
         term: &Term,
         lease: &mut Lease,
         renewed_at: &mut Instant,
         mut lost: bool,
+        mut taken: bool,
         mut next_renewal: Instant,
     ) -> (bool, usize, bool) {
         let started = Instant::now();
@@ -1215,7 +1235,15 @@ impl Runner {
             let expiry = *renewed_at + self.config().lease_duration;
             let mut until = started + self.drain_timeout;
             if lost {
-                until = until.min(expiry);
+                until = until.min(
+                    expiry
+                        .checked_sub(ABORT_GRACE)
+                        .unwrap_or(*renewed_at)
+                        .max(*renewed_at),
+                );
+            }
+            if taken {
+                until = started;
             }
             let deadline = *renewed_at + self.config().renew_deadline;
             tokio::select! {
@@ -1228,8 +1256,12 @@ impl Runner {
                 }
                 () = tokio::time::sleep_until(next_renewal), if !lost => {
                     next_renewal = Instant::now() + self.config().retry_period;
-                    if matches!(self.check(lease, renewed_at, true, false).await, Check::Lost) {
-                        lost = true;
+                    match self.check(lease, renewed_at, true, false).await {
+                        Check::Holding | Check::Preempted(_) => {}
+                        Check::Taken => {
+                            lost = true;
+                            taken = true;
+                        }
                     }
                 }
             }
@@ -1257,7 +1289,7 @@ impl Runner {
             let deadline = *renewed_at + self.config().renew_deadline;
             let current = match tokio::time::timeout_at(deadline, self.lock.get()).await {
                 Ok(Ok(Some(current))) => current,
-                Ok(Ok(None)) => return Check::Lost,
+                Ok(Ok(None)) => return Check::Taken,
                 Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed while leading");
                     self.api_error(Operation::Read);
@@ -1269,7 +1301,7 @@ impl Runner {
             self.observed.observe(Some(&current), Instant::now());
             self.publish_holder(Some(&record));
             if record.holder() != Some(self.identity()) {
-                return Check::Lost;
+                return Check::Taken;
             }
             if watch_preemption
                 && let Some(preferred) = record.preferred().filter(|p| *p != self.identity())

@@ -15,6 +15,23 @@
 //! Build the `kube::Client` with [`client()`]: kube's default client leaves Nagle's algorithm on,
 //! which can hold each small write (a renewal, a release) for about 40 ms.
 //!
+//! # Timing assumptions
+//!
+//! Two instances never lead at once as long as (the README's "The timing assumptions safety rests
+//! on" has the same list with what happens when one is broken):
+//! - clock *skew* does not matter: a term is measured on this process's monotonic clock from when
+//!   it sent its last renewal, and the controller measures expiry from when it saw that renewal;
+//! - clock *drift* between this process and the controller stays under 1 s per lease duration:
+//!   tasks still running when the Lease is lost are aborted 1 s before it could expire;
+//! - `renew_deadline` < `lease_duration` ([`LeaseConfig::validate`]);
+//! - every task of a [`Term`] reaches an `.await` within 1 s of being aborted: they are aborted
+//!   after the drain timeout, 1 s before the Lease could expire, or at once when the Lease is
+//!   deleted or names another holder; tasks that do not stop are reported
+//!   ([`Transition::StoppedLeading`] `leaked_tasks`) and the Lease is left to expire unreleased;
+//! - the process is not paused (SIGSTOP, a VM stall) for longer than what is left of its Lease
+//!   between two checks: Leases do not fence, so work that must never overlap also needs
+//!   preconditions on its own writes.
+//!
 //! ```no_run
 //! # async fn demo(kube_config: kube::Config) -> Result<(), Box<dyn std::error::Error>> {
 //! use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term};

@@ -417,6 +417,134 @@ async fn lost_lease_cancels_at_once_and_writes_no_release() {
     a.stop().await.unwrap();
 }
 
+/// Review finding 5 (issue 34): a candidate whose clock runs a minute behind the controller's
+/// answers a ping once, with a `renewTime` the controller counts (not before the ping), and does
+/// not write again and again.
+#[tokio::test]
+async fn a_candidate_whose_clock_is_behind_answers_a_ping_once() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let candidate = Candidate::new(
+        client.clone(),
+        lease_config("skewed", "slow-clock"),
+        candidate_config("1.32.0"),
+    )
+    .unwrap();
+    let handle = candidate.handle();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(candidate.run(shutdown.clone()));
+    wait_for("registered", || async {
+        handle.is_registered().then_some(())
+    })
+    .await;
+    let api = candidates(&client);
+    let mut pinged = api.get("slow-clock").await.unwrap();
+    let ping = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+    pinged.spec.as_mut().unwrap().ping_time = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(ping),
+    );
+    api.replace("slow-clock", &Default::default(), &pinged)
+        .await
+        .unwrap();
+    let answered = wait_for_within(
+        "the ping answered by a clock a minute behind",
+        Duration::from_secs(20),
+        || async {
+            let object = api.get("slow-clock").await.unwrap();
+            let renew = object
+                .spec
+                .as_ref()?
+                .renew_time
+                .as_ref()
+                .map(|t| timestamp(t.0));
+            (renew >= Some(timestamp(ping))).then_some(object)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        api.get("slow-clock")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        answered.metadata.resource_version,
+        "answered once, no further writes"
+    );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// Review finding 1 (issue 34): `kubectl delete lease` while a term's task ignores cancellation.
+/// The leader must stop before anyone else may lead: the controller creates the Lease again for
+/// another candidate once its last renewal has expired, so the task is aborted at once, not
+/// after the drain timeout nor at its own expiry.
+#[tokio::test]
+async fn a_deleted_lease_aborts_a_stubborn_term_at_once() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let mut config = lease_config("deleted", "a");
+    config.lease_duration = Duration::from_secs(60);
+    config.renew_deadline = Duration::from_secs(40);
+    let elector = Elector::coordinated(
+        common::client(&emulator),
+        config,
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .with_drain_timeout(Duration::from_secs(3600));
+    let held = Arc::new(());
+    let in_term = held.clone();
+    let a = Running::start(elector, move |term: Term| {
+        let in_term = in_term.clone();
+        async move {
+            // Ignores cancellation: only an abort ends it.
+            term.spawn(async move {
+                let _held = in_term;
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    let mut events = a.handle.transitions();
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&client, "deleted", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    wait_for("the term's task runs", || async {
+        (Arc::strong_count(&held) == 3).then_some(())
+    })
+    .await;
+    leases(&client)
+        .delete("deleted", &Default::default())
+        .await
+        .unwrap();
+    // The Lease's last renewal expires a minute later: the task must be gone well before.
+    wait_for_within(
+        "the stubborn task aborted",
+        Duration::from_secs(30),
+        || async { (Arc::strong_count(&held) <= 2).then_some(()) },
+    )
+    .await;
+    let stopped = next_transition(&mut events, "a stops", |t| {
+        matches!(t, Transition::StoppedLeading { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            stopped,
+            Transition::StoppedLeading {
+                reason: StopReason::LeaseLost,
+                leaked_tasks: 1,
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+    a.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn tasks_alive_past_the_drain_timeout_are_reported_and_aborted() {
     let emulator = emulator().await;
