@@ -367,7 +367,7 @@ pub const UNTIMED_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
 pub fn next_renewal_awaited(lease: &LeaseRecord, now: Timestamp) -> Option<Timestamp> {
     let renewed = lease.observed_renewal?;
     let (window, span) = match lease.renew_period {
-        Some(period) => (period / 2, period + period / 2),
+        Some(period) => (period / 2, period.saturating_add(period / 2)),
         None => {
             let duration = Duration::from_secs(u64::try_from(lease.lease_duration_seconds?).ok()?);
             (UNTIMED_RENEWAL_WINDOW, duration / 2)

@@ -445,7 +445,7 @@ pub fn alive_grace(lease: &LeaseRecord, written_seconds: i32, ack_window: Durati
         .unwrap_or(written_seconds);
     let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or_default());
     if lease.handed_over_to().is_some() {
-        duration.max(DRAIN_BOUND + ack_window)
+        duration.max(DRAIN_BOUND.saturating_add(ack_window))
     } else {
         duration
     }
