@@ -101,7 +101,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     });
                 // The Lease is released only after this task returned: no stamp after the term.
-                term.spawn(controller);
+                // `run_when_ready`: a cache that never syncs does not hold the hand-off.
+                term.spawn(cache.run_when_ready(&term, controller));
                 async {}
             },
             shutdown,

@@ -769,8 +769,12 @@ enum Check {
     Holding,
     /// The Lease asks to hand over.
     Preempted(String),
-    /// Someone else holds it, or it is gone: someone else may lead already.
+    /// Someone else holds it: someone else may lead already.
     Taken,
+    /// It is gone (deleted): nobody leads through it until it is created again, which Conclave's
+    /// controller does only once this holder's last renewal could have expired; a Lease created
+    /// again for someone else sooner is seen at the next check, as [`Check::Taken`].
+    Gone,
 }
 
 impl Runner {
@@ -1129,6 +1133,7 @@ impl Runner {
                     taken = true;
                     break StopReason::LeaseLost;
                 }
+                Check::Gone => break StopReason::LeaseLost,
             }
         };
         let lost = reason == StopReason::LeaseLost;
@@ -1209,16 +1214,18 @@ impl Runner {
     }
 
     /// Waits for the term's tasks, renewing the Lease meanwhile (unless it was lost), bounded by
-    /// the drain timeout; once the Lease is lost, the tasks still running are aborted
-    /// [`ABORT_GRACE`] before anyone could consider it expired, so that they have stopped by
-    /// then; once it is taken (another holder named, or the Lease deleted), at once, since
-    /// someone else may lead already. Returns (still held, leaked tasks, all stopped).
+    /// the drain timeout; once the Lease is lost (not renewed by the renew deadline, or deleted),
+    /// the tasks still running are aborted [`ABORT_GRACE`] before anyone could consider it
+    /// expired, so that they have stopped by then; once it is taken (another holder named), at
+    /// once, since someone else may lead already. A deleted Lease is checked again every retry
+    /// period: created again for someone else, it is taken. Returns (still held, leaked tasks,
+    /// all stopped).
     ///
     /// Aborting only at the expiry let a task that does not yield overlap the next leader, which
     /// the controller writes within milliseconds of the expiry, by up to the grace; and a term
     /// whose Lease was deleted (`kubectl delete lease`, a common way to force a re-election)
-    /// drained until its own expiry while the Lease was created for someone else (issue 34,
-    /// finding 1).
+    /// drained until its own expiry without looking again, while the Lease was created for
+    /// someone else (issue 34, finding 1).
     async fn drain(
         &mut self,
         term: &Term,
@@ -1254,10 +1261,13 @@ impl Runner {
                     tracing::warn!(lease = %self.config().key(), "renew deadline passed while draining; the Lease counts as lost");
                     lost = true;
                 }
-                () = tokio::time::sleep_until(next_renewal), if !lost => {
+                // Lost, it still looks every retry period (without renewing): a Lease named for
+                // someone else ends the drain at once.
+                () = tokio::time::sleep_until(next_renewal), if !taken => {
                     next_renewal = Instant::now() + self.config().retry_period;
-                    match self.check(lease, renewed_at, true, false).await {
+                    match self.check(lease, renewed_at, !lost, false).await {
                         Check::Holding | Check::Preempted(_) => {}
+                        Check::Gone => lost = true,
                         Check::Taken => {
                             lost = true;
                             taken = true;
@@ -1289,7 +1299,7 @@ impl Runner {
             let deadline = *renewed_at + self.config().renew_deadline;
             let current = match tokio::time::timeout_at(deadline, self.lock.get()).await {
                 Ok(Ok(Some(current))) => current,
-                Ok(Ok(None)) => return Check::Taken,
+                Ok(Ok(None)) => return Check::Gone,
                 Ok(Err(error)) => {
                     tracing::warn!(lease = %self.config().key(), %error, "reading the Lease failed while leading");
                     self.api_error(Operation::Read);

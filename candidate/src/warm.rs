@@ -40,7 +40,7 @@
 //! controller among them) have returned. `examples/controller.rs` is a whole component.
 
 use crate::term::Term;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -145,10 +145,57 @@ where
     <K as Lookup>::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     /// The cache, filled while following. `store().wait_until_ready()` resolves once the first
-    /// LIST is in (for a readiness probe, or to lead only on a warm cache).
+    /// LIST is in (for a readiness probe). Inside a term, wait with
+    /// [`WarmCache::run_when_ready`] instead: `wait_until_ready` ignores the term's cancellation,
+    /// so a cache that never syncs (a resource the server does not serve, a watch RBAC forbids)
+    /// would hold the hand-off for the whole drain timeout, and its task would be reported
+    /// leaked. `kube_runtime::Controller` waits for its store the same way.
     #[must_use]
     pub fn store(&self) -> Store<K> {
         self.inner.store.clone()
+    }
+
+    /// Whether the cache has completed its first LIST.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.inner
+            .store
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|ready| ready.is_ok())
+    }
+
+    /// Runs `work` (typically a term's `kube_runtime::Controller`, which waits for its store
+    /// without regard to cancellation) once the cache is ready; if `term` ends first, returns
+    /// without running it and says so once in the log. Spawn the result on the term.
+    pub fn run_when_ready<F>(
+        &self,
+        term: &Term,
+        work: F,
+    ) -> impl Future<Output = ()> + Send + use<K, F>
+    where
+        F: Future<Output = ()> + Send,
+    {
+        let store = self.inner.store.clone();
+        let token = term.token().clone();
+        let number = term.number();
+        async move {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => {
+                    tracing::warn!(
+                        kind = %std::any::type_name::<K>(),
+                        term = number,
+                        "warm cache: the term ended before the cache's first LIST completed; its work never ran (does the server serve this resource, and may this identity watch it?)"
+                    );
+                }
+                ready = store.wait_until_ready() => {
+                    if ready.is_ok() {
+                        work.await;
+                    }
+                }
+            }
+        }
     }
 
     /// The objects to reconcile in `term`: every object in the cache once it is ready, then each

@@ -475,12 +475,13 @@ async fn a_candidate_whose_clock_is_behind_answers_a_ping_once() {
     task.await.unwrap().unwrap();
 }
 
-/// Review finding 1 (issue 34): `kubectl delete lease` while a term's task ignores cancellation.
-/// The leader must stop before anyone else may lead: the controller creates the Lease again for
-/// another candidate once its last renewal has expired, so the task is aborted at once, not
-/// after the drain timeout nor at its own expiry.
+/// Review finding 1 (issue 34): `kubectl delete lease` while a term's task ignores cancellation,
+/// and a controller that creates the Lease again for another candidate at once (kube-apiserver's
+/// does; Conclave's waits until the last renewal could have expired). The old leader must not
+/// drain on until its own expiry: it looks again every retry period, sees the new holder, and
+/// aborts the task at once.
 #[tokio::test]
-async fn a_deleted_lease_aborts_a_stubborn_term_at_once() {
+async fn a_deleted_lease_created_again_for_another_aborts_a_stubborn_term_at_once() {
     let emulator = emulator().await;
     let client = client(&emulator);
     let mut config = lease_config("deleted", "a");
@@ -520,6 +521,11 @@ async fn a_deleted_lease_aborts_a_stubborn_term_at_once() {
         .delete("deleted", &Default::default())
         .await
         .unwrap();
+    wait_state(&a.handle, "a no longer leads", |s| {
+        !matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+    assign(&client, "deleted", "b").await;
     // The Lease's last renewal expires a minute later: the task must be gone well before.
     wait_for_within(
         "the stubborn task aborted",

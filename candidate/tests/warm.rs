@@ -221,3 +221,69 @@ async fn terms_reconcile_from_the_warm_cache_and_only_while_leading() {
         "every reconcile began inside a running term: {log:?}"
     );
 }
+
+/// Issue 36, point 3: a cache that never becomes ready (a resource the server does not serve:
+/// the emulator serves no ConfigMaps; or one RBAC forbids) must not hold a hand-off. The term's
+/// controller waits for the store; when the term ends, that wait ends too, and the term's tasks
+/// stop within the drain timeout: none is leaked, and the Lease is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_that_never_syncs_does_not_hold_a_hand_off() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let emulator = emulator().await;
+    let admin = client(&emulator);
+    let cache: WarmCache<ConfigMap> = WarmCache::new(
+        Api::namespaced(admin.clone(), NS),
+        watcher::Config::default(),
+    );
+    let elector = Elector::coordinated(
+        client(&emulator),
+        lease_config("unsynced", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .with_drain_timeout(std::time::Duration::from_secs(3));
+    let handle = elector.handle();
+    let mut events = handle.transitions();
+    let term_cache = cache.clone();
+    let a = Running::start(elector, move |term: Term| {
+        let controller = Controller::for_stream(term_cache.triggers(&term), term_cache.store())
+            .graceful_shutdown_on(term.token().clone().cancelled_owned())
+            .run(
+                |_: Arc<ConfigMap>, _: Arc<()>| async {
+                    Ok::<_, std::io::Error>(Action::await_change())
+                },
+                |_: Arc<ConfigMap>, _: &std::io::Error, _: Arc<()>| Action::await_change(),
+                Arc::new(()),
+            )
+            .for_each(|_| async {});
+        term.spawn(term_cache.run_when_ready(&term, controller));
+        async {}
+    });
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&admin, "unsynced", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, conclave_candidate::LeaderState::Leading { .. })
+    })
+    .await;
+    assert!(!cache.is_ready(), "the emulator serves no ConfigMaps");
+    preempt(&admin, "unsynced", "b").await;
+    let stopped = next_transition(&mut events, "a stops", |t| {
+        matches!(t, Transition::StoppedLeading { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            stopped,
+            Transition::StoppedLeading {
+                leaked_tasks: 0,
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+    next_transition(&mut events, "a releases", |t| {
+        matches!(t, Transition::Released { .. })
+    })
+    .await;
+    a.stop().await.unwrap();
+}

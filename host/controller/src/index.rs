@@ -45,6 +45,7 @@ pub async fn leases<S>(
 {
     futures::pin_mut!(events);
     let mut relist = Relist::default();
+    let mut relisted = HashSet::new();
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(lease)) => {
@@ -62,16 +63,19 @@ pub async fn leases<S>(
                 }
             }
             Ok(watcher::Event::Init) => {
+                relisted.clear();
                 relist.start(store.state().iter().map(|l| LeaseKey::of_lease(l)));
             }
             Ok(watcher::Event::InitApply(lease)) => {
                 let key = LeaseKey::of_lease(&lease);
                 if let Some(key) = &key {
                     renewals.listed(key, &lease, now());
+                    relisted.insert(key.clone());
                 }
                 relist.add(key);
             }
             Ok(watcher::Event::InitDone) => {
+                renewals.relisted(&relisted, now());
                 own_writes.relisted();
                 relist.finish(queue);
             }
@@ -125,6 +129,7 @@ struct Renewal {
     released_by: Option<String>,
     released_for: Option<String>,
     preemption_held_since: Option<Timestamp>,
+    duration: Option<Duration>,
 }
 
 impl Renewal {
@@ -184,6 +189,7 @@ impl Renewals {
             .filter(|r| r.is(holder.as_deref(), renew_time))
         {
             same.saw_preferred(preferred);
+            same.duration = Self::duration_of(lease);
             return;
         }
         let previous = renewals.get(key);
@@ -210,6 +216,7 @@ impl Renewals {
             released_by,
             released_for,
             preemption_held_since,
+            duration: Self::duration_of(lease),
         };
         renewal.saw_preferred(preferred);
         renewals.insert(key.clone(), renewal);
@@ -229,6 +236,7 @@ impl Renewals {
         match state.current.get_mut(key) {
             Some(renewal) if renewal.is(holder.as_deref(), renew_time) => {
                 renewal.saw_preferred(preferred);
+                renewal.duration = Self::duration_of(lease);
             }
             _ => {
                 let mut renewal = Renewal {
@@ -242,6 +250,7 @@ impl Renewals {
                     released_by: None,
                     released_for: None,
                     preemption_held_since: None,
+                    duration: Self::duration_of(lease),
                 };
                 renewal.saw_preferred(preferred);
                 state.current.insert(key.clone(), renewal);
@@ -254,12 +263,7 @@ impl Renewals {
     /// Lease is not created again for anyone before then ([`Renewals::held_after_deletion`]).
     pub fn deleted(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
         let (holder, renew_time) = Self::renewal_of(lease);
-        let duration = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs);
+        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
         let renewal = state.current.remove(key);
         let (Some(_), Some(duration)) = (named(holder.as_deref()), duration) else {
@@ -302,6 +306,31 @@ impl Renewals {
         let until = now + conclave_core::plan::never_renewed_backoff(strikes);
         lease.insert(candidate.to_owned(), (strikes, until));
         (strikes, until)
+    }
+
+    /// A relist at `now` is complete and listed the Leases `listed`: a Lease this controller knew
+    /// that is not among them was deleted while the watch was down (or the server lost it), and
+    /// counts as deleted now ([`Renewals::deleted`]), so that it is not created again for someone
+    /// else while its holder may still lead.
+    pub fn relisted(&self, listed: &HashSet<LeaseKey>, now: Timestamp) {
+        let mut state = lock(&self.0);
+        let gone: Vec<LeaseKey> = state
+            .current
+            .keys()
+            .filter(|key| !listed.contains(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            let Some(renewal) = state.current.remove(&key) else {
+                continue;
+            };
+            if let (Some(_), Some(duration)) = (named(renewal.holder.as_deref()), renewal.duration)
+            {
+                state
+                    .deleted_while_held
+                    .insert(key, renewal.seen_at.min(now) + duration);
+            }
+        }
     }
 
     /// Until when the holder of `key`'s Lease, deleted while held, may still lead by its own
@@ -355,6 +384,15 @@ impl Renewals {
         record.renew_period = renewal.period;
         record.released_by = renewal.released_by.clone();
         record.released_for = renewal.released_for.clone();
+    }
+
+    fn duration_of(lease: &Lease) -> Option<Duration> {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
     }
 
     fn renewal_of(lease: &Lease) -> (Option<String>, Option<Timestamp>) {
@@ -1022,6 +1060,30 @@ mod tests {
         assert!(
             renewals.sit_out(&key("ns", "b"), "x", t(100)).0 == 1,
             "per Lease"
+        );
+    }
+
+    /// Review finding 1 (issue 34), after a relist: a held Lease the relist no longer shows (deleted
+    /// while the watch was down, or lost by the server) is held until its last renewal expires.
+    #[test]
+    fn a_held_lease_missing_from_a_relist_is_held_until_its_last_renewal_expires() {
+        let renewals = Renewals::default();
+        let mut held = renewed(lease("ns", "a", "1"), "x", 40);
+        held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        renewals.watched(&key("ns", "a"), &held, Timestamp::from_secs(50));
+        renewals.watched(
+            &key("ns", "kept"),
+            &renewed(lease("ns", "kept", "1"), "y", 50),
+            Timestamp::from_secs(50),
+        );
+        renewals.relisted(&[key("ns", "kept")].into(), Timestamp::from_secs(52));
+        assert_eq!(
+            renewals.held_after_deletion(&key("ns", "a"), Timestamp::from_secs(60)),
+            Some(Timestamp::from_secs(65))
+        );
+        assert_eq!(
+            renewals.held_after_deletion(&key("ns", "kept"), Timestamp::from_secs(60)),
+            None
         );
     }
 
