@@ -25,8 +25,8 @@
 //!   tasks still running when the Lease is lost are aborted 1 s before it could expire;
 //! - `renew_deadline` < `lease_duration` ([`LeaseConfig::validate`]);
 //! - every task of a [`Term`] reaches an `.await` within 1 s of being aborted: they are aborted
-//!   after the drain timeout, 1 s before the Lease could expire, or at once when the Lease is
-//!   deleted or names another holder; tasks that do not stop are reported
+//!   after the drain timeout, 1 s before the Lease could expire (also when it was deleted), or
+//!   at once when the Lease names another holder; tasks that do not stop are reported
 //!   ([`Transition::StoppedLeading`] `leaked_tasks`) and the Lease is left to expire unreleased;
 //! - the process is not paused (SIGSTOP, a VM stall) for longer than what is left of its Lease
 //!   between two checks: Leases do not fence, so work that must never overlap also needs
