@@ -1,0 +1,65 @@
+//! Runs one model check and prints the states explored, the depth and the time:
+//! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
+//! [task_stop_within] [timeout_seconds]`. Every property is reported; the exit status is 1 when
+//! one fails.
+#![forbid(unsafe_code)]
+
+use conclave_model::model::Election;
+use conclave_model::timing::{Bounds, Timing};
+use stateright::{Checker, Model};
+use std::time::{Duration, Instant};
+
+fn arg<T: std::str::FromStr>(args: &[String], at: usize, default: T) -> T {
+    args.get(at).and_then(|a| a.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let bounds = Bounds {
+        candidates: arg(&args, 0, Bounds::BOUNDED.candidates),
+        faults_until: arg(&args, 1, Bounds::BOUNDED.faults_until),
+        max_crashes: arg(&args, 2, Bounds::BOUNDED.max_crashes),
+        max_controller_restarts: arg(&args, 3, Bounds::BOUNDED.max_controller_restarts),
+    };
+    let timing = Timing {
+        max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
+        task_stop_within: arg(&args, 5, Timing::BOUNDED.task_stop_within),
+        ..Timing::BOUNDED
+    };
+    let timeout = Duration::from_secs(arg(&args, 6, 3_600));
+    let model = Election::new(timing, bounds, true);
+    if let Err(broken) = timing.check() {
+        println!("timing assumption broken on purpose: {broken}");
+    }
+    println!("{bounds:?}\n{timing:?}\nhorizon {} s", model.horizon());
+    let started = Instant::now();
+    let checker = model.checker().threads(2).timeout(timeout).spawn_bfs().join();
+    println!(
+        "{} states ({} unique), max depth {}, {:.1} s{}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64(),
+        if checker.is_done() { "" } else { " (stopped at the timeout)" }
+    );
+    let mut failed = false;
+    for property in checker.model().properties() {
+        let discovery = checker.discovery(property.name);
+        let verdict = match (&property.expectation, &discovery) {
+            (stateright::Expectation::Sometimes, Some(_)) => "reached",
+            (stateright::Expectation::Sometimes, None) => "NEVER REACHED",
+            (_, None) => "holds",
+            (_, Some(_)) => "FAILS",
+        };
+        println!("{verdict:>13}: {}", property.name);
+        if verdict != "holds" && verdict != "reached" {
+            failed = true;
+            if let Some(path) = discovery {
+                println!("{path:#?}");
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,782 @@
+//! The Stateright model: the actions of each actor, the step of the controller through the real
+//! core, and the properties.
+
+use crate::strategy::{oldest_emulation_version, rank};
+use crate::timing::{Bounds, Timing};
+use crate::world::{
+    Candidate, Controller, Id, LEASE, NAMESPACE, Phase, Renewal, Server, State, StoredCandidate,
+    StoredLease, Time, Violations, announced, id_of, timestamp,
+};
+use conclave_core::lease::{LeaseRecord, Release};
+use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since};
+use conclave_core::step::{Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
+use conclave_core::strategy::OLDEST_EMULATION_VERSION;
+use conclave_core::time::Timestamp;
+use core::time::Duration;
+use stateright::{Model, Property};
+
+/// How long candidates not renewed take part in elections (seconds): longer than any run.
+const CANDIDATE_GC_AFTER: u64 = 3_600;
+
+/// The model: its timing, its bounds, and the time by which liveness must hold.
+#[derive(Debug, Clone)]
+pub struct Election {
+    /// The settings and the timing assumptions.
+    pub timing: Timing,
+    /// How many candidates, faults and for how long.
+    pub bounds: Bounds,
+}
+
+/// Something one actor does, atomically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// One second passes.
+    Tick,
+    /// The controller's Lease watch delivers the Lease as stored now.
+    WatchLease,
+    /// The controller's LeaseCandidate watch delivers candidate `Id`'s object as stored now.
+    WatchCandidate(Id),
+    /// The controller restarts: it relists every object and forgets every watched renewal.
+    RestartController,
+    /// The controller runs one election step on its cached snapshot.
+    Step,
+    /// The candidate writes its LeaseCandidate (registration, or the answer to a ping).
+    RenewCandidate(Id),
+    /// A follower reads the Lease and, named holder, renews it and leads (or releases it when
+    /// pre-empted before it led).
+    Follow(Id),
+    /// A leader (or a draining term that still holds the Lease) reads the Lease: lost, pre-empted,
+    /// or renewed when a renewal is due.
+    Check(Id),
+    /// The renew deadline passes without a renewal: the Lease counts as lost.
+    Deadline(Id),
+    /// The draining term's tasks have stopped: the leadership interval ends.
+    TasksStopped(Id),
+    /// A pre-empted leader releases the Lease.
+    Release(Id),
+    /// The candidate's process crashes.
+    Crash(Id),
+    /// The candidate's process starts again.
+    Restart(Id),
+}
+
+/// The controller's step settings in the model.
+#[must_use]
+pub fn step_config(timing: &Timing) -> StepConfig {
+    StepConfig {
+        ack_window: secs(timing.ack_window),
+        candidate_gc_after: Duration::from_secs(CANDIDATE_GC_AFTER),
+        lease_duration_seconds: i32::from(timing.lease_duration),
+        mode: Mode::All,
+        settle: Settle::DEFAULT,
+    }
+}
+
+fn secs(seconds: i16) -> Duration {
+    Duration::from_secs(u64::try_from(seconds).unwrap_or_default())
+}
+
+/// A timestamp written by the core, as model time (whole seconds).
+fn time_of(at: Option<Timestamp>) -> Time {
+    let secs = at.map_or(0, |at| at.as_micros().div_euclid(1_000_000));
+    Time::try_from(secs - timestamp(0).as_micros() / 1_000_000).unwrap_or(Time::MAX)
+}
+
+impl Election {
+    /// A model with these settings and bounds.
+    ///
+    /// # Panics
+    /// When the timing breaks an assumption of the safety argument ([`Timing::check`]) and
+    /// `allow_broken_timing` is false.
+    #[must_use]
+    pub fn new(timing: Timing, bounds: Bounds, allow_broken_timing: bool) -> Self {
+        if !allow_broken_timing && let Err(broken) = timing.check() {
+            panic!("timing assumption broken: {broken}");
+        }
+        Self { timing, bounds }
+    }
+
+    /// How long after faults stop the best live candidate leads at the latest, from the
+    /// settings: the Lease of a holder that crashed just before expires (`lease_duration` + 1),
+    /// the next candidate is pinged and written (`ack_window` + 1), a worse holder is pre-empted
+    /// after its first renewal (half a lease + 1), drains (`task_stop_within` + 1) and releases,
+    /// and the best is pinged and written (`ack_window` + 1), each step one more second to be
+    /// watched and acted on.
+    #[must_use]
+    pub fn liveness_bound(&self) -> Time {
+        let t = &self.timing;
+        (t.lease_duration + 1)
+            + (t.ack_window + 2)
+            + (t.lease_duration / 2 + 2)
+            + (t.task_stop_within + 2)
+            + (t.ack_window + 2)
+    }
+
+    /// The end of every run: when faults stop plus [`Election::liveness_bound`].
+    #[must_use]
+    pub fn horizon(&self) -> Time {
+        self.bounds.faults_until + self.liveness_bound()
+    }
+
+    fn faulty(&self, state: &State) -> bool {
+        state.now < self.bounds.faults_until
+    }
+
+    fn ids(&self) -> impl Iterator<Item = Id> {
+        (0..self.bounds.candidates).map(|i| Id::try_from(i).unwrap_or(Id::MAX))
+    }
+
+    /// When a draining term's tasks have stopped at the latest.
+    fn tasks_stop_by(&self, renewed_at: Time, since: Time, lost: bool) -> Time {
+        let t = &self.timing;
+        let mut abort_at = since + t.drain_timeout;
+        if lost {
+            abort_at = abort_at.min(renewed_at + t.lease_duration);
+        }
+        t.tasks_stopped_by(since, abort_at)
+    }
+
+    /// Whether a timer of candidate `id` is due and must fire before time moves on.
+    fn timer_due(&self, state: &State, id: Id) -> bool {
+        let now = state.now;
+        match state.candidates[usize::from(id)].phase {
+            Phase::Leading { renewed_at } => now >= renewed_at + self.timing.renew_deadline,
+            Phase::Draining {
+                renewed_at,
+                since,
+                lost,
+            } => {
+                (!lost && now >= renewed_at + self.timing.renew_deadline)
+                    || now >= self.tasks_stop_by(renewed_at, since, lost)
+            }
+            _ => false,
+        }
+    }
+
+    // The controller.
+
+    fn step(&self, state: &mut State) {
+        let now = state.now;
+        let lease = state.controller.lease.map(|stored| {
+            let mut record = stored.record();
+            Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record);
+            record
+        });
+        let candidates: Vec<_> = self
+            .ids()
+            .filter_map(|id| {
+                state.controller.candidates[usize::from(id)].map(|stored| stored.view(id))
+            })
+            .collect();
+        let has_strategy = |strategy: &str| strategy == OLDEST_EMULATION_VERSION;
+        let plan = plan_step(&StepInput {
+            namespace: NAMESPACE,
+            name: LEASE,
+            lease: lease.as_ref(),
+            candidates: &candidates,
+            now: timestamp(now),
+            config: step_config(&self.timing),
+            builtin_active: false,
+            has_strategy: &has_strategy,
+            arrivals: None,
+        });
+        let Plan::Decide(election) = plan else {
+            return;
+        };
+        let answer = oldest_emulation_version(election.request());
+        let release = election.lease().and_then(LeaseRecord::released);
+        match election.apply_answer(answer.as_deref()) {
+            Outcome::NoWinner { .. } | Outcome::Wait { .. } => {}
+            Outcome::Unchanged { probe, .. } => {
+                if let Some(holder) = probe.as_deref().and_then(id_of) {
+                    self.ping(state, holder, None);
+                }
+            }
+            Outcome::Ping { candidates, .. } => {
+                for id in candidates.iter().filter_map(|name| id_of(name)) {
+                    self.ping(state, id, release);
+                }
+            }
+            Outcome::Write {
+                write, also_ping, ..
+            } => {
+                if let Some(leaver) = also_ping.as_deref().and_then(id_of) {
+                    self.ping(state, leaver, release);
+                }
+                let basis = election.lease().map(|l| l.resource_version.clone());
+                let precondition = basis.clone();
+                self.write_lease(
+                    state,
+                    write.kind,
+                    &write.desired,
+                    basis.as_deref(),
+                    precondition.as_deref(),
+                );
+            }
+        }
+    }
+
+    /// `writer.rs` `ping`: pings the cached candidate if it is stale, with its resourceVersion as
+    /// precondition; on a conflict, reads it again and pings it if it is still stale.
+    fn ping(&self, state: &mut State, id: Id, release: Option<Release<'_>>) {
+        let now = state.now;
+        let slot = usize::from(id);
+        let stale = |stored: &StoredCandidate| {
+            liveness_since(
+                &stored.view(id),
+                timestamp(now),
+                secs(self.timing.ack_window),
+                release,
+            ) == Liveness::Stale
+        };
+        let Some(cached) = state.controller.candidates[slot].filter(stale) else {
+            return;
+        };
+        let Some(current) = state.server.candidates[slot] else {
+            return;
+        };
+        if current.resource_version != cached.resource_version && !stale(&current) {
+            return;
+        }
+        // An update that changes nothing keeps the resourceVersion, as on kube-apiserver (the
+        // model's clock has whole seconds: a second ping within one would change nothing).
+        if current.ping_time == Some(now) {
+            return;
+        }
+        state.server.candidates[slot] = Some(StoredCandidate {
+            resource_version: current.resource_version + 1,
+            ping_time: Some(now),
+            ..current
+        });
+    }
+
+    /// `writer.rs` `write_lease`: creates the Lease (`basis` `None`: it was read missing), or
+    /// replaces it with `precondition` (the resourceVersion it was read at, `basis`). The server
+    /// refuses a create of an existing Lease and a replace whose precondition is stale; a replace
+    /// without one is applied unconditionally. A refusal makes the controller read the Lease again
+    /// (`reconcile.rs`), which does not count as a watched renewal.
+    fn write_lease(
+        &self,
+        state: &mut State,
+        kind: WriteKind,
+        desired: &LeaseRecord,
+        basis: Option<&str>,
+        precondition: Option<&str>,
+    ) {
+        let current = state.server.lease;
+        let version = |lease: Option<StoredLease>| lease.map(|l| l.resource_version.to_string());
+        let accepted = match (basis, current) {
+            (None, current) => current.is_none(),
+            (Some(_), None) => false,
+            (Some(_), current) => {
+                precondition.is_none_or(|p| Some(p.to_owned()) == version(current))
+            }
+        };
+        if !accepted {
+            state.controller.lease = current;
+            return;
+        }
+        if basis.map(str::to_owned) != version(current) {
+            state.violations.lost_update = true;
+        }
+        let written = StoredLease {
+            resource_version: current.map_or(1, |c| c.resource_version + 1),
+            holder: desired.holder().and_then(id_of),
+            preferred: desired.preferred().and_then(id_of),
+            renew_time: time_of(desired.renew_time),
+            acquire_time: time_of(desired.acquire_time),
+            duration: desired
+                .lease_duration_seconds
+                .and_then(|d| i16::try_from(d).ok())
+                .unwrap_or_default(),
+        };
+        self.judge_write(state, kind, &written);
+        state.server.lease = Some(written);
+        state.controller.lease = Some(written);
+    }
+
+    /// Records the properties a controller write breaks.
+    fn judge_write(&self, state: &mut State, kind: WriteKind, written: &StoredLease) {
+        let grace = self.timing.lease_duration + self.timing.ack_window;
+        let live = |id: Id| {
+            state.server.candidates[usize::from(id)].is_some()
+                && match state.candidates[usize::from(id)].phase {
+                    Phase::Down { since } => state.now - since <= grace,
+                    _ => true,
+                }
+        };
+        match kind {
+            WriteKind::Create | WriteKind::TakeOver => {
+                if !written.holder.is_some_and(live) {
+                    state.violations.holder_not_live = true;
+                }
+            }
+            WriteKind::Preempt => {
+                let better = match (written.preferred, written.holder) {
+                    (Some(preferred), Some(holder)) => {
+                        let (preferred, holder) = (announced(preferred), announced(holder));
+                        rank(&preferred) < rank(&holder)
+                    }
+                    _ => false,
+                };
+                if !better {
+                    state.violations.preempted_for_worse = true;
+                }
+            }
+            WriteKind::ClearPreferred => {}
+        }
+    }
+
+    // The candidates.
+
+    fn local_time(state: &State, id: Id) -> Time {
+        state.now + state.candidates[usize::from(id)].clock_offset
+    }
+
+    /// The elector's renewal (`lock.rs` `write_holder`) of a Lease that names `id`, or its
+    /// acquisition of one that names someone else.
+    fn write_holder(&self, state: &mut State, id: Id, current: StoredLease) -> StoredLease {
+        let at = Self::local_time(state, id);
+        let same = current.holder == Some(id);
+        let written = StoredLease {
+            resource_version: current.resource_version + 1,
+            holder: Some(id),
+            preferred: if same { current.preferred } else { None },
+            renew_time: at,
+            acquire_time: if same { current.acquire_time } else { at },
+            duration: self.timing.lease_duration,
+        };
+        state.server.lease = Some(written);
+        let candidate = &mut state.candidates[usize::from(id)];
+        candidate.observed = Some((written.resource_version, state.now));
+        written
+    }
+
+    /// The elector's release (`lock.rs` `release`) of a Lease it holds.
+    fn release(state: &mut State, id: Id, current: StoredLease) {
+        let at = Self::local_time(state, id);
+        let written = StoredLease {
+            resource_version: current.resource_version + 1,
+            holder: None,
+            preferred: None,
+            renew_time: at,
+            acquire_time: at,
+            duration: 1,
+        };
+        state.server.lease = Some(written);
+        state.candidates[usize::from(id)].observed = Some((written.resource_version, state.now));
+    }
+
+    /// The elector's `Observed`: the version read, and when it was first read.
+    fn observe(state: &mut State, id: Id) {
+        let now = state.now;
+        let version = state.server.lease.map(|l| l.resource_version);
+        let candidate = &mut state.candidates[usize::from(id)];
+        candidate.observed = match (version, candidate.observed) {
+            (Some(v), Some((seen, at))) if v == seen => Some((seen, at)),
+            (Some(v), _) => Some((v, now)),
+            (None, _) => None,
+        };
+    }
+
+    fn follow(&self, state: &mut State, id: Id) {
+        let Some(current) = state.server.lease.filter(|l| l.holder == Some(id)) else {
+            return;
+        };
+        Self::observe(state, id);
+        let fresh = state.candidates[usize::from(id)]
+            .observed
+            .is_some_and(|(_, at)| current.duration > 0 && at + current.duration > state.now);
+        if !fresh {
+            return;
+        }
+        if current.preferred.is_some_and(|p| p != id) {
+            Self::release(state, id, current);
+            return;
+        }
+        self.write_holder(state, id, current);
+        state.candidates[usize::from(id)].phase = Phase::Leading {
+            renewed_at: state.now,
+        };
+    }
+
+    fn check(&self, state: &mut State, id: Id) {
+        let now = state.now;
+        let phase = state.candidates[usize::from(id)].phase;
+        let current = state.server.lease.filter(|l| l.holder == Some(id));
+        Self::observe(state, id);
+        let lost = |renewed_at| Phase::Draining {
+            renewed_at,
+            since: now,
+            lost: true,
+        };
+        let next = match (phase, current) {
+            (Phase::Leading { renewed_at }, None) => lost(renewed_at),
+            (
+                Phase::Draining {
+                    renewed_at, since, ..
+                },
+                None,
+            ) => Phase::Draining {
+                renewed_at,
+                since,
+                lost: true,
+            },
+            (Phase::Leading { renewed_at }, Some(lease))
+                if lease.preferred.is_some_and(|p| p != id) =>
+            {
+                Phase::Draining {
+                    renewed_at,
+                    since: now,
+                    lost: false,
+                }
+            }
+            (Phase::Leading { renewed_at }, Some(lease)) => {
+                if now >= renewed_at + self.timing.retry_period {
+                    self.write_holder(state, id, lease);
+                    Phase::Leading { renewed_at: now }
+                } else {
+                    phase
+                }
+            }
+            (
+                Phase::Draining {
+                    renewed_at, since, ..
+                },
+                Some(lease),
+            ) => {
+                if now >= renewed_at + self.timing.retry_period {
+                    self.write_holder(state, id, lease);
+                    Phase::Draining {
+                        renewed_at: now,
+                        since,
+                        lost: false,
+                    }
+                } else {
+                    phase
+                }
+            }
+            _ => phase,
+        };
+        state.candidates[usize::from(id)].phase = next;
+    }
+
+    fn check_enabled(&self, state: &State, id: Id) -> bool {
+        let candidate = &state.candidates[usize::from(id)];
+        let renewal_due = |renewed_at: Time| {
+            state.now >= renewed_at + self.timing.retry_period
+                && state.now < renewed_at + self.timing.renew_deadline
+        };
+        let changed =
+            state.server.lease.map(|l| l.resource_version) != candidate.observed.map(|(v, _)| v);
+        match candidate.phase {
+            Phase::Leading { renewed_at } => {
+                renewal_due(renewed_at)
+                    || (changed && state.now < renewed_at + self.timing.renew_deadline)
+            }
+            Phase::Draining {
+                renewed_at,
+                lost: false,
+                ..
+            } => renewal_due(renewed_at),
+            _ => false,
+        }
+    }
+
+    /// The non-tick actions enabled in `state`.
+    fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let faulty = self.faulty(state);
+        if state.controller.lease != state.server.lease {
+            actions.push(Action::WatchLease);
+        }
+        for id in self.ids() {
+            if state.controller.candidates[usize::from(id)]
+                != state.server.candidates[usize::from(id)]
+            {
+                actions.push(Action::WatchCandidate(id));
+            }
+        }
+        if faulty && state.controller_restarts < self.bounds.max_controller_restarts {
+            actions.push(Action::RestartController);
+        }
+        actions.push(Action::Step);
+        for id in self.ids() {
+            let candidate = &state.candidates[usize::from(id)];
+            let slot = usize::from(id);
+            if candidate.is_up()
+                && (!candidate.registered
+                    || state.server.candidates[slot].is_some_and(|c| c.pinged()))
+            {
+                actions.push(Action::RenewCandidate(id));
+            }
+            match candidate.phase {
+                Phase::Following => actions.push(Action::Follow(id)),
+                Phase::Leading { .. } | Phase::Draining { .. } => {
+                    if self.check_enabled(state, id) {
+                        actions.push(Action::Check(id));
+                    }
+                    if let Phase::Leading { renewed_at }
+                    | Phase::Draining {
+                        renewed_at,
+                        lost: false,
+                        ..
+                    } = candidate.phase
+                        && state.now >= renewed_at + self.timing.renew_deadline
+                    {
+                        actions.push(Action::Deadline(id));
+                    }
+                    if matches!(candidate.phase, Phase::Draining { .. }) {
+                        actions.push(Action::TasksStopped(id));
+                    }
+                }
+                Phase::Releasing => actions.push(Action::Release(id)),
+                Phase::Down { .. } => {
+                    if faulty {
+                        actions.push(Action::Restart(id));
+                    }
+                }
+            }
+            if faulty && candidate.is_up() && state.crashes < self.bounds.max_crashes {
+                actions.push(Action::Crash(id));
+            }
+        }
+    }
+
+    fn apply(&self, state: &mut State, action: Action) {
+        let now = state.now;
+        match action {
+            Action::Tick => state.now += 1,
+            Action::WatchLease => {
+                state.controller.lease = state.server.lease;
+                if let Some(lease) = state.server.lease {
+                    state.controller.renewal =
+                        Some(Renewal::watched(state.controller.renewal, &lease, now));
+                }
+            }
+            Action::WatchCandidate(id) => {
+                let slot = usize::from(id);
+                state.controller.candidates[slot] = state.server.candidates[slot];
+            }
+            Action::RestartController => {
+                state.controller_restarts += 1;
+                state.controller.lease = state.server.lease;
+                state
+                    .controller
+                    .candidates
+                    .clone_from(&state.server.candidates);
+                state.controller.renewal = state
+                    .server
+                    .lease
+                    .map(|lease| Renewal::listed(None, &lease));
+            }
+            Action::Step => self.step(state),
+            Action::RenewCandidate(id) => {
+                let slot = usize::from(id);
+                let at = Self::local_time(state, id);
+                state.server.candidates[slot] = Some(match state.server.candidates[slot] {
+                    Some(current) => StoredCandidate {
+                        resource_version: current.resource_version + 1,
+                        renew_time: at,
+                        ..current
+                    },
+                    None => StoredCandidate {
+                        resource_version: 1,
+                        renew_time: at,
+                        ping_time: None,
+                    },
+                });
+                state.candidates[slot].registered = true;
+            }
+            Action::Follow(id) => self.follow(state, id),
+            Action::Check(id) => self.check(state, id),
+            Action::Deadline(id) => {
+                let candidate = &mut state.candidates[usize::from(id)];
+                candidate.phase = match candidate.phase {
+                    Phase::Leading { renewed_at } => Phase::Draining {
+                        renewed_at,
+                        since: now,
+                        lost: true,
+                    },
+                    Phase::Draining {
+                        renewed_at, since, ..
+                    } => Phase::Draining {
+                        renewed_at,
+                        since,
+                        lost: true,
+                    },
+                    phase => phase,
+                };
+            }
+            Action::TasksStopped(id) => {
+                let candidate = &mut state.candidates[usize::from(id)];
+                if let Phase::Draining { lost, .. } = candidate.phase {
+                    candidate.phase = if lost {
+                        Phase::Following
+                    } else {
+                        Phase::Releasing
+                    };
+                }
+            }
+            Action::Release(id) => {
+                if let Some(current) = state.server.lease.filter(|l| l.holder == Some(id)) {
+                    Self::release(state, id, current);
+                    state.handed_off = true;
+                }
+                state.candidates[usize::from(id)].phase = Phase::Following;
+            }
+            Action::Crash(id) => {
+                state.crashes += 1;
+                let candidate = &mut state.candidates[usize::from(id)];
+                candidate.phase = Phase::Down { since: now };
+                candidate.registered = false;
+                candidate.observed = None;
+            }
+            Action::Restart(id) => {
+                state.candidates[usize::from(id)].phase = Phase::Following;
+            }
+        }
+    }
+
+    fn successor(&self, state: &State, action: Action) -> Option<State> {
+        let mut next = state.clone();
+        self.apply(&mut next, action);
+        next.canonicalize();
+        (next != *state).then_some(next)
+    }
+
+    /// The best candidate whose process runs, if any.
+    #[must_use]
+    pub fn best_live(&self, state: &State) -> Option<Id> {
+        self.ids()
+            .find(|id| state.candidates[usize::from(*id)].is_up())
+    }
+}
+
+impl Model for Election {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.bounds.candidates;
+        let skew = self.timing.max_clock_skew;
+        let mut offsets: Vec<Vec<i16>> = vec![Vec::new()];
+        for _ in 0..n {
+            offsets = offsets
+                .into_iter()
+                .flat_map(|prefix| {
+                    (-skew..=skew).map(move |offset| {
+                        let mut next = prefix.clone();
+                        next.push(offset);
+                        next
+                    })
+                })
+                .collect();
+        }
+        offsets
+            .into_iter()
+            .map(|offsets| State {
+                now: 0,
+                server: Server {
+                    lease: None,
+                    candidates: vec![None; n],
+                },
+                controller: Controller {
+                    lease: None,
+                    candidates: vec![None; n],
+                    renewal: None,
+                },
+                candidates: offsets
+                    .into_iter()
+                    .map(|clock_offset| Candidate {
+                        phase: Phase::Following,
+                        registered: false,
+                        observed: None,
+                        clock_offset,
+                    })
+                    .collect(),
+                crashes: 0,
+                controller_restarts: 0,
+                handed_off: false,
+                violations: Violations::default(),
+            })
+            .collect()
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        self.actor_actions(state, actions);
+        if state.now >= self.horizon() || self.ids().any(|id| self.timer_due(state, id)) {
+            return;
+        }
+        // After faults stop, every actor acts on what is due before time moves on.
+        if self.faulty(state)
+            || actions
+                .iter()
+                .all(|action| self.successor(state, *action).is_none())
+        {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.successor(state, action)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties()
+    }
+}
+
+/// The name of the check that no two candidates lead at once.
+pub const ONE_LEADER: &str = "no two candidates lead at once";
+/// The name of the check that every holder written is a live candidate.
+pub const HOLDER_LIVE: &str = "the holder written is always a live candidate";
+/// The name of the check that pre-emptions are for better candidates only.
+pub const PREEMPT_BETTER: &str = "a leader is pre-empted only for a better one";
+/// The name of the check that no write based on a stale read is applied.
+pub const NO_LOST_UPDATE: &str = "no lost update";
+/// The name of the liveness check that the best live candidate leads after faults stop.
+pub const BEST_LEADS: &str = "when faults stop, the best live candidate leads within the bound";
+/// The name of the liveness check that the Lease is not left leaderless.
+pub const NOT_LEADERLESS: &str =
+    "when faults stop, the Lease is not leaderless while a live candidate exists";
+/// The name of the sanity check that the model reaches a graceful hand-off.
+pub const HANDS_OFF: &str = "a pre-empted leader sometimes hands the Lease over";
+
+/// The properties checked, each named.
+///
+/// Liveness is checked as a deadline: every state at or past [`Election::horizon`] must show it
+/// (Stateright's `eventually` can miss a path at a join of the state graph; a deadline cannot).
+#[must_use]
+pub fn properties() -> Vec<Property<Election>> {
+    vec![
+        Property::always(ONE_LEADER, |_: &Election, state: &State| {
+            state.candidates.iter().filter(|c| c.leads()).count() <= 1
+        }),
+        Property::always(HOLDER_LIVE, |_: &Election, state: &State| {
+            !state.violations.holder_not_live
+        }),
+        Property::always(PREEMPT_BETTER, |_: &Election, state: &State| {
+            !state.violations.preempted_for_worse
+        }),
+        Property::always(NO_LOST_UPDATE, |_: &Election, state: &State| {
+            !state.violations.lost_update
+        }),
+        Property::always(BEST_LEADS, |model: &Election, state: &State| {
+            state.now < model.horizon()
+                || model.best_live(state).is_none_or(|best| {
+                    state.candidates[usize::from(best)].leads()
+                        && state.server.lease.and_then(|l| l.holder) == Some(best)
+                })
+        }),
+        Property::always(NOT_LEADERLESS, |model: &Election, state: &State| {
+            state.now < model.horizon()
+                || model.best_live(state).is_none()
+                || state
+                    .server
+                    .lease
+                    .and_then(|l| l.holder)
+                    .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
+        }),
+        Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
+    ]
+}

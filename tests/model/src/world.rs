@@ -1,0 +1,392 @@
+//! The state of the modelled system: the API server's objects, the controller's caches and
+//! watched renewals, and each candidate's process. Compact (small integers, candidates by index)
+//! so that the checker can hash millions of states; converted to the core's records for each step.
+
+use conclave_core::lease::LeaseRecord;
+use conclave_core::request::CandidateView;
+use conclave_core::strategy::OLDEST_EMULATION_VERSION;
+use conclave_core::time::Timestamp;
+
+/// A candidate, by index: `c0`, `c1`, …
+pub type Id = u8;
+
+/// A point in model time, in seconds.
+pub type Time = i16;
+
+/// The Lease's namespace in the model.
+pub const NAMESPACE: &str = "ns";
+
+/// The Lease's name in the model.
+pub const LEASE: &str = "lease";
+
+/// Model time 0 as a timestamp: far enough from the epoch that a clock behind stays positive.
+const EPOCH_SECS: i64 = 1_000;
+
+/// A model time as the core's timestamp.
+#[must_use]
+pub fn timestamp(time: Time) -> Timestamp {
+    Timestamp::from_secs(EPOCH_SECS + i64::from(time))
+}
+
+/// The identity of candidate `id`, as written into `holderIdentity`.
+#[must_use]
+pub fn identity(id: Id) -> String {
+    format!("c{id}")
+}
+
+/// The candidate an identity names, if it is one of the model's.
+#[must_use]
+pub fn id_of(identity: &str) -> Option<Id> {
+    identity.strip_prefix('c')?.parse().ok()
+}
+
+/// The emulation version candidate `id` announces: `c0` is the oldest, so it ranks best.
+#[must_use]
+pub fn emulation_version(id: Id) -> String {
+    format!("1.{}.0", 30 + u32::from(id))
+}
+
+/// What candidate `id` announces in its LeaseCandidate (name, versions, strategy), without times.
+#[must_use]
+pub fn announced(id: Id) -> CandidateView {
+    CandidateView {
+        name: identity(id),
+        binary_version: emulation_version(2),
+        emulation_version: emulation_version(id),
+        strategy: OLDEST_EMULATION_VERSION.into(),
+        ..CandidateView::default()
+    }
+}
+
+/// The Lease as the API server stores it (the fields the election reads and writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoredLease {
+    /// `metadata.resourceVersion`.
+    pub resource_version: u8,
+    /// `spec.holderIdentity`; `None`: absent or empty (released).
+    pub holder: Option<Id>,
+    /// `spec.preferredHolder`.
+    pub preferred: Option<Id>,
+    /// `spec.renewTime`, by the writer's clock.
+    pub renew_time: Time,
+    /// `spec.acquireTime`, by the writer's clock.
+    pub acquire_time: Time,
+    /// `spec.leaseDurationSeconds`.
+    pub duration: i16,
+}
+
+impl StoredLease {
+    /// The core's record of this Lease (without what only the controller's watch knows).
+    #[must_use]
+    pub fn record(&self) -> LeaseRecord {
+        LeaseRecord {
+            namespace: NAMESPACE.into(),
+            name: LEASE.into(),
+            resource_version: self.resource_version.to_string(),
+            holder_identity: Some(self.holder.map(identity).unwrap_or_default()),
+            preferred_holder: self.preferred.map(identity),
+            strategy: Some(OLDEST_EMULATION_VERSION.into()),
+            lease_duration_seconds: Some(i32::from(self.duration)),
+            renew_time: Some(timestamp(self.renew_time)),
+            acquire_time: Some(timestamp(self.acquire_time)),
+            lease_transitions: Some(0),
+            elected_by_conclave: true,
+            ..LeaseRecord::default()
+        }
+    }
+}
+
+/// A LeaseCandidate as the API server stores it (the fields that change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoredCandidate {
+    /// `metadata.resourceVersion`.
+    pub resource_version: u8,
+    /// `spec.renewTime`, by the candidate's clock.
+    pub renew_time: Time,
+    /// `spec.pingTime`, by the controller's clock.
+    pub ping_time: Option<Time>,
+}
+
+impl StoredCandidate {
+    /// The core's view of candidate `id`'s LeaseCandidate.
+    #[must_use]
+    pub fn view(&self, id: Id) -> CandidateView {
+        CandidateView {
+            renew_time: Some(timestamp(self.renew_time)),
+            ping_time: self.ping_time.map(timestamp),
+            ..announced(id)
+        }
+    }
+
+    /// Whether a ping is unanswered (`pingTime` after `renewTime`), as the candidate reads it.
+    #[must_use]
+    pub fn pinged(&self) -> bool {
+        self.ping_time.is_some_and(|ping| ping > self.renew_time)
+    }
+}
+
+/// The API server: one Lease and one LeaseCandidate slot per candidate.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// The Lease; `None` until it is created.
+    pub lease: Option<StoredLease>,
+    /// Each candidate's LeaseCandidate; `None` until it registers.
+    pub candidates: Vec<Option<StoredCandidate>>,
+}
+
+/// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
+/// watched it arrive, how long after the same holder's previous one, the latest
+/// `preferredHolder`, and who released the Lease unasked or for whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Renewal {
+    /// The holder of the renewal.
+    pub holder: Option<Id>,
+    /// Its `renewTime`.
+    pub renew_time: Time,
+    /// When the controller watched it arrive; `None`: listed, not watched.
+    pub seen_at: Option<Time>,
+    /// Whether it is the first renewal of its holder the controller saw.
+    pub first_of_holder: bool,
+    /// Seconds since the same holder's previous watched renewal.
+    pub period: Option<i16>,
+    /// The latest `preferredHolder` seen with it.
+    pub preferred: Option<Id>,
+    /// Who released the Lease unasked.
+    pub released_by: Option<Id>,
+    /// For whom a pre-empted holder released the Lease.
+    pub released_for: Option<Id>,
+}
+
+impl Renewal {
+    /// Whether `lease` carries this renewal.
+    #[must_use]
+    pub fn is(&self, lease: &StoredLease) -> bool {
+        self.holder == lease.holder && self.renew_time == lease.renew_time
+    }
+
+    /// What a release following this renewal means: who released unasked, and for whom.
+    fn release(&self) -> (Option<Id>, Option<Id>) {
+        let Some(holder) = self.holder else {
+            return (self.released_by, self.released_for);
+        };
+        match self.preferred {
+            Some(preferred) if preferred != holder => (None, Some(preferred)),
+            _ => (Some(holder), None),
+        }
+    }
+
+    /// The entry after the watch delivered `lease` at `now` (`Renewals::watched`).
+    #[must_use]
+    pub fn watched(previous: Option<Self>, lease: &StoredLease, now: Time) -> Self {
+        if let Some(same) = previous.filter(|r| r.is(lease)) {
+            return Self {
+                preferred: lease.preferred,
+                ..same
+            };
+        }
+        let (released_by, released_for) = match lease.holder {
+            Some(_) => (None, None),
+            None => previous.map_or((None, None), |p| p.release()),
+        };
+        let same_holder = previous.filter(|p| p.holder.is_some() && p.holder == lease.holder);
+        Self {
+            holder: lease.holder,
+            renew_time: lease.renew_time,
+            seen_at: Some(now),
+            first_of_holder: same_holder.is_none(),
+            period: same_holder
+                .filter(|p| !p.first_of_holder)
+                .and_then(|p| p.seen_at)
+                .map(|seen| (now - seen).max(0)),
+            preferred: lease.preferred,
+            released_by,
+            released_for,
+        }
+    }
+
+    /// The entry after a relist delivered `lease` (`Renewals::listed`).
+    #[must_use]
+    pub fn listed(previous: Option<Self>, lease: &StoredLease) -> Self {
+        match previous.filter(|r| r.is(lease)) {
+            Some(same) => Self {
+                preferred: lease.preferred,
+                ..same
+            },
+            None => Self {
+                holder: lease.holder,
+                renew_time: lease.renew_time,
+                seen_at: None,
+                first_of_holder: true,
+                period: None,
+                preferred: lease.preferred,
+                released_by: None,
+                released_for: None,
+            },
+        }
+    }
+
+    /// Fills in what the controller watched of the renewal `record` carries
+    /// (`Renewals::annotate`); nothing when `lease` is not that renewal.
+    pub fn annotate(this: Option<&Self>, lease: &StoredLease, record: &mut LeaseRecord) {
+        let Some(renewal) = this.filter(|r| r.is(lease)) else {
+            return;
+        };
+        record.observed_renewal = renewal.seen_at.map(timestamp);
+        record.renew_period = renewal
+            .period
+            .map(|p| core::time::Duration::from_secs(p as u64));
+        record.released_by = renewal.released_by.map(identity);
+        record.released_for = renewal.released_for.map(identity);
+    }
+}
+
+/// The controller: its cached copies of the objects (each as last delivered by its watch, or
+/// read after a conflict) and its index entry for the Lease.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Controller {
+    /// The cached Lease; `None`: not seen (missing, or not delivered yet).
+    pub lease: Option<StoredLease>,
+    /// The cached LeaseCandidates.
+    pub candidates: Vec<Option<StoredCandidate>>,
+    /// The watched renewal of the Lease.
+    pub renewal: Option<Renewal>,
+}
+
+/// Where a candidate's process stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Crashed, since `since`.
+    Down {
+        /// When it crashed.
+        since: Time,
+    },
+    /// Following: not leading.
+    Following,
+    /// Leading a term.
+    Leading {
+        /// When it last renewed the Lease (its monotonic clock: when the write was sent).
+        renewed_at: Time,
+    },
+    /// The term was cancelled; its tasks are stopping.
+    Draining {
+        /// When it last renewed the Lease.
+        renewed_at: Time,
+        /// When the term's token was cancelled.
+        since: Time,
+        /// Whether the Lease counts as lost (no renewal, no release).
+        lost: bool,
+    },
+    /// The term's tasks stopped after a pre-emption; the Lease is to be released.
+    Releasing,
+}
+
+/// One candidate process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Candidate {
+    /// What it is doing.
+    pub phase: Phase,
+    /// Whether it wrote its LeaseCandidate since it (re)started.
+    pub registered: bool,
+    /// The Lease's resourceVersion as it last read it, and when it first read that version
+    /// (the elector's `Observed`: a follower trusts only its own observation time).
+    pub observed: Option<(u8, Time)>,
+    /// Its wall clock's offset from the controller's (stamps `renewTime`).
+    pub clock_offset: i16,
+}
+
+impl Candidate {
+    /// Whether its work runs: it leads from when it sees itself as holder until its drain ends.
+    #[must_use]
+    pub const fn leads(&self) -> bool {
+        matches!(self.phase, Phase::Leading { .. } | Phase::Draining { .. })
+    }
+
+    /// Whether its process runs.
+    #[must_use]
+    pub const fn is_up(&self) -> bool {
+        !matches!(self.phase, Phase::Down { .. })
+    }
+}
+
+/// Broken properties, recorded when the write that breaks them is applied (ghost state).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Violations {
+    /// A holder was written that is not a live candidate.
+    pub holder_not_live: bool,
+    /// A holder was pre-empted for a candidate that does not rank better.
+    pub preempted_for_worse: bool,
+    /// A write based on a stale read was applied.
+    pub lost_update: bool,
+}
+
+/// The whole system at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The true time, which is also the controller's clock.
+    pub now: Time,
+    /// The API server.
+    pub server: Server,
+    /// The controller.
+    pub controller: Controller,
+    /// The candidates, by index.
+    pub candidates: Vec<Candidate>,
+    /// Candidate crashes so far.
+    pub crashes: u8,
+    /// Controller restarts so far.
+    pub controller_restarts: u8,
+    /// A pre-empted leader released the Lease (for the sanity check that hand-offs are explored).
+    pub handed_off: bool,
+    /// Broken properties.
+    pub violations: Violations,
+}
+
+/// The resourceVersion [`State::canonicalize`] gives every object as stored.
+const CURRENT: u8 = 1;
+
+/// The resourceVersion [`State::canonicalize`] gives every copy older than the stored object.
+const STALE: u8 = 0;
+
+/// `version` relabelled against the stored `current`: [`CURRENT`] or [`STALE`].
+fn relabel(version: u8, current: Option<u8>) -> u8 {
+    if Some(version) == current {
+        CURRENT
+    } else {
+        STALE
+    }
+}
+
+impl State {
+    /// Relabels resourceVersions so that states differing only in how many writes led to them
+    /// are one state: every stored object is at [`CURRENT`], every copy of an older version at
+    /// [`STALE`]. Only equality with the stored version is ever compared (a precondition, a
+    /// watch that has something to deliver), and an older version never becomes current again,
+    /// so no behaviour is lost.
+    pub fn canonicalize(&mut self) {
+        let lease = self.server.lease.map(|l| l.resource_version);
+        if let Some(cached) = self.controller.lease.as_mut() {
+            cached.resource_version = relabel(cached.resource_version, lease);
+        }
+        for candidate in &mut self.candidates {
+            if let Some((version, _)) = candidate.observed.as_mut() {
+                *version = relabel(*version, lease);
+            }
+        }
+        if let Some(stored) = self.server.lease.as_mut() {
+            stored.resource_version = CURRENT;
+        }
+        for (stored, cached) in self
+            .server
+            .candidates
+            .iter_mut()
+            .zip(self.controller.candidates.iter_mut())
+        {
+            let current = stored.map(|s| s.resource_version);
+            if let Some(cached) = cached.as_mut() {
+                cached.resource_version = relabel(cached.resource_version, current);
+            }
+            if let Some(stored) = stored.as_mut() {
+                stored.resource_version = CURRENT;
+            }
+        }
+    }
+}
