@@ -707,10 +707,12 @@ impl Model for Election {
         if state.now >= self.horizon() || self.ids().any(|id| self.timer_due(state, id)) {
             return;
         }
-        // After faults stop, every actor acts on what is due before time moves on.
+        // After faults stop, every actor acts on what is due before time moves on; tasks stop
+        // when they do, within their bound (`timer_due`).
         if self.faulty(state)
             || actions
                 .iter()
+                .filter(|action| !matches!(action, Action::TasksStopped(_)))
                 .all(|action| self.successor(state, *action).is_none())
         {
             actions.push(Action::Tick);

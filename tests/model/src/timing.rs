@@ -96,10 +96,10 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// Two candidates, one crash, faults and delays for the first 5 seconds.
+    /// Two candidates, one crash, faults and delays for the first 3 seconds.
     pub const BOUNDED: Self = Self {
         candidates: 2,
-        faults_until: 5,
+        faults_until: 3,
         max_crashes: 1,
         max_controller_restarts: 0,
     };

@@ -390,3 +390,33 @@ impl State {
         }
     }
 }
+
+impl core::fmt::Display for State {
+    /// One line: the time, the stored Lease, each candidate's process and LeaseCandidate.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let name = |id: Option<Id>| id.map_or_else(|| "-".to_owned(), identity);
+        write!(f, "t={}", self.now)?;
+        match self.server.lease {
+            Some(l) => write!(
+                f,
+                " lease[holder={} preferred={} renew={} acquire={} duration={}]",
+                name(l.holder),
+                name(l.preferred),
+                l.renew_time,
+                l.acquire_time,
+                l.duration
+            )?,
+            None => write!(f, " lease[missing]")?,
+        }
+        if self.controller.lease != self.server.lease {
+            write!(f, " (controller's copy stale)")?;
+        }
+        for (id, candidate) in self.candidates.iter().enumerate() {
+            write!(f, " c{id}:{:?}", candidate.phase)?;
+            if let Some(Some(c)) = self.server.candidates.get(id) {
+                write!(f, "[renew={} ping={:?}]", c.renew_time, c.ping_time)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -33,14 +33,23 @@ fn main() {
     }
     println!("{bounds:?}\n{timing:?}\nhorizon {} s", model.horizon());
     let started = Instant::now();
-    let checker = model.checker().threads(2).timeout(timeout).spawn_bfs().join();
+    let checker = model
+        .checker()
+        .threads(2)
+        .timeout(timeout)
+        .spawn_bfs()
+        .join();
     println!(
         "{} states ({} unique), max depth {}, {:.1} s{}",
         checker.state_count(),
         checker.unique_state_count(),
         checker.max_depth(),
         started.elapsed().as_secs_f64(),
-        if checker.is_done() { "" } else { " (stopped at the timeout)" }
+        if checker.is_done() {
+            ""
+        } else {
+            " (stopped at the timeout)"
+        }
     );
     let mut failed = false;
     for property in checker.model().properties() {
@@ -55,7 +64,12 @@ fn main() {
         if verdict != "holds" && verdict != "reached" {
             failed = true;
             if let Some(path) = discovery {
-                println!("{path:#?}");
+                for (state, action) in path.into_vec() {
+                    println!("  {state}");
+                    if let Some(action) = action {
+                        println!("    -> {action:?}");
+                    }
+                }
             }
         }
     }
