@@ -116,6 +116,10 @@ fn candidates() -> impl Strategy<Value = Vec<CandidateView>> {
     )
 }
 
+#[allow(
+    clippy::needless_update,
+    reason = "fields added to LeaseRecord later take their default here instead of breaking the build"
+)]
 fn leases() -> impl Strategy<Value = Option<LeaseRecord>> {
     let spec = (
         proptest::option::weighted(0.9, names()),
