@@ -15,6 +15,9 @@ use conclave_core::time::Timestamp;
 use core::time::Duration;
 use stateright::{Model, Property};
 
+/// How many times a step reads the Lease again after a write conflict (`reconcile.rs`).
+const CONFLICT_ATTEMPTS: usize = 3;
+
 /// How long candidates not renewed take part in elections (seconds): longer than any run.
 const CANDIDATE_GC_AFTER: u64 = 3_600;
 
@@ -155,9 +158,24 @@ impl Election {
 
     // The controller.
 
+    /// `reconcile.rs`: one step on the cached snapshot; after a write conflict the Lease is read
+    /// again and the step runs again on that read, up to [`CONFLICT_ATTEMPTS`] times.
     fn step(&self, state: &mut State) {
+        let mut lease = state.controller.lease;
+        for _ in 0..CONFLICT_ATTEMPTS {
+            if !self.step_once(state, lease) {
+                return;
+            }
+            state.controller.lease = state.controller.delivered;
+            lease = state.server.lease;
+        }
+    }
+
+    /// One step on the snapshot `lease` and the cached candidates; whether the Lease write it
+    /// made was refused.
+    fn step_once(&self, state: &mut State, lease: Option<StoredLease>) -> bool {
         let now = state.now;
-        let lease = state.controller.lease.map(|stored| {
+        let record = lease.map(|stored| {
             let mut record = stored.record();
             Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record);
             record
@@ -172,7 +190,7 @@ impl Election {
         let plan = plan_step(&StepInput {
             namespace: NAMESPACE,
             name: LEASE,
-            lease: lease.as_ref(),
+            lease: record.as_ref(),
             candidates: &candidates,
             now: timestamp(now),
             config: step_config(&self.timing),
@@ -181,21 +199,23 @@ impl Election {
             arrivals: None,
         });
         let Plan::Decide(election) = plan else {
-            return;
+            return false;
         };
         let answer = oldest_emulation_version(election.request());
         let release = election.lease().and_then(LeaseRecord::released);
         match election.apply_answer(answer.as_deref()) {
-            Outcome::NoWinner { .. } | Outcome::Wait { .. } => {}
+            Outcome::NoWinner { .. } | Outcome::Wait { .. } => false,
             Outcome::Unchanged { probe, .. } => {
                 if let Some(holder) = probe.as_deref().and_then(id_of) {
                     self.ping(state, holder, None);
                 }
+                false
             }
             Outcome::Ping { candidates, .. } => {
                 for id in candidates.iter().filter_map(|name| id_of(name)) {
                     self.ping(state, id, release);
                 }
+                false
             }
             Outcome::Write {
                 write, also_ping, ..
@@ -205,13 +225,13 @@ impl Election {
                 }
                 let basis = election.lease().map(|l| l.resource_version.clone());
                 let precondition = basis.clone();
-                self.write_lease(
+                !self.write_lease(
                     state,
                     write.kind,
                     &write.desired,
                     basis.as_deref(),
                     precondition.as_deref(),
-                );
+                )
             }
         }
     }
@@ -254,7 +274,8 @@ impl Election {
     /// replaces it with `precondition` (the resourceVersion it was read at, `basis`). The server
     /// refuses a create of an existing Lease and a replace whose precondition is stale; a replace
     /// without one is applied unconditionally. A refusal makes the controller read the Lease again
-    /// (`reconcile.rs`), which does not count as a watched renewal.
+    /// (`reconcile.rs`). Returns whether the write was applied; the controller's cache holds
+    /// its own write until its watch delivers the next Lease event.
     fn write_lease(
         &self,
         state: &mut State,
@@ -262,7 +283,7 @@ impl Election {
         desired: &LeaseRecord,
         basis: Option<&str>,
         precondition: Option<&str>,
-    ) {
+    ) -> bool {
         let current = state.server.lease;
         let version = |lease: Option<StoredLease>| lease.map(|l| l.resource_version.to_string());
         let accepted = match (basis, current) {
@@ -273,8 +294,7 @@ impl Election {
             }
         };
         if !accepted {
-            state.controller.lease = current;
-            return;
+            return false;
         }
         if basis.map(str::to_owned) != version(current) {
             state.violations.lost_update = true;
@@ -293,6 +313,7 @@ impl Election {
         self.judge_write(state, kind, &written);
         state.server.lease = Some(written);
         state.controller.lease = Some(written);
+        true
     }
 
     /// Records the properties a controller write breaks.
@@ -486,7 +507,7 @@ impl Election {
     /// The non-tick actions enabled in `state`.
     fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faulty = self.faulty(state);
-        if state.controller.lease != state.server.lease {
+        if state.controller.delivered != state.server.lease {
             actions.push(Action::WatchLease);
         }
         for id in self.ids() {
@@ -547,6 +568,7 @@ impl Election {
         match action {
             Action::Tick => state.now += 1,
             Action::WatchLease => {
+                state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 if let Some(lease) = state.server.lease {
                     state.controller.renewal =
@@ -559,6 +581,7 @@ impl Election {
             }
             Action::RestartController => {
                 state.controller_restarts += 1;
+                state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 state
                     .controller
@@ -681,6 +704,7 @@ impl Model for Election {
                     candidates: vec![None; n],
                 },
                 controller: Controller {
+                    delivered: None,
                     lease: None,
                     candidates: vec![None; n],
                     renewal: None,

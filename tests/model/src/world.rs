@@ -240,11 +240,14 @@ impl Renewal {
     }
 }
 
-/// The controller: its cached copies of the objects (each as last delivered by its watch, or
-/// read after a conflict) and its index entry for the Lease.
+/// The controller: its cached copies of the objects (each as last delivered by its watch, or its
+/// own write until the next watch event) and its index entry for the Lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Controller {
-    /// The cached Lease; `None`: not seen (missing, or not delivered yet).
+    /// The Lease as its watch last delivered it; `None`: not delivered yet.
+    pub delivered: Option<StoredLease>,
+    /// The cached Lease: the delivered one, or this controller's own write of it until the watch
+    /// delivers the next event (read-your-writes, `own_writes.rs`).
     pub lease: Option<StoredLease>,
     /// The cached LeaseCandidates.
     pub candidates: Vec<Option<StoredCandidate>>,
@@ -363,7 +366,10 @@ impl State {
     /// so no behaviour is lost.
     pub fn canonicalize(&mut self) {
         let lease = self.server.lease.map(|l| l.resource_version);
-        if let Some(cached) = self.controller.lease.as_mut() {
+        for cached in [&mut self.controller.lease, &mut self.controller.delivered]
+            .into_iter()
+            .flatten()
+        {
             cached.resource_version = relabel(cached.resource_version, lease);
         }
         for candidate in &mut self.candidates {
