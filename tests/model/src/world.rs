@@ -423,6 +423,9 @@ impl core::fmt::Display for State {
                 write!(f, "[renew={} ping={:?}]", c.renew_time, c.ping_time)?;
             }
         }
+        if self.violations != Violations::default() {
+            write!(f, " {:?}", self.violations)?;
+        }
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Runs one model check and prints the states explored, the depth and the time:
 //! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
-//! [task_stop_within] [timeout_seconds]`. Every property is reported; the exit status is 1 when
+//! [task_stop_within] [timeout_seconds] [renew_deadline]`. Every property is reported; the exit status is 1 when
 //! one fails.
 #![forbid(unsafe_code)]
 
@@ -24,6 +24,7 @@ fn main() {
     let timing = Timing {
         max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
         task_stop_within: arg(&args, 5, Timing::BOUNDED.task_stop_within),
+        renew_deadline: arg(&args, 7, Timing::BOUNDED.renew_deadline),
         ..Timing::BOUNDED
     };
     let timeout = Duration::from_secs(arg(&args, 6, 3_600));
