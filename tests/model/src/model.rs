@@ -61,6 +61,10 @@ pub enum Action {
     Crash(Id),
     /// The candidate's process starts again.
     Restart(Id),
+    /// The candidate's Lease writes start failing for [`Election::cut_off_for`] (an overloaded
+    /// API server, an admission policy, a stuck renewal); its reads and its LeaseCandidate
+    /// writes go through, so it still answers pings.
+    CutOff(Id),
 }
 
 /// The controller's step settings in the model.
@@ -115,10 +119,22 @@ impl Election {
             + (t.ack_window + 2)
     }
 
-    /// The end of every run: when faults stop plus [`Election::liveness_bound`].
+    /// How long a cut-off lasts: until the holder's Lease has expired at the controller.
+    #[must_use]
+    pub fn cut_off_for(&self) -> Time {
+        self.timing.lease_duration + 2
+    }
+
+    /// The end of every run: when faults stop (the last cut-off healed) plus
+    /// [`Election::liveness_bound`].
     #[must_use]
     pub fn horizon(&self) -> Time {
-        self.bounds.faults_until + self.liveness_bound()
+        let healed = if self.bounds.max_cut_offs > 0 {
+            self.cut_off_for()
+        } else {
+            0
+        };
+        self.bounds.faults_until + healed + self.liveness_bound()
     }
 
     fn faulty(&self, state: &State) -> bool {
@@ -356,7 +372,11 @@ impl Election {
 
     /// The elector's renewal (`lock.rs` `write_holder`) of a Lease that names `id`, or its
     /// acquisition of one that names someone else.
-    fn write_holder(&self, state: &mut State, id: Id, current: StoredLease) -> StoredLease {
+    /// Refused (returns false) while the candidate's Lease writes are cut off.
+    fn write_holder(&self, state: &mut State, id: Id, current: StoredLease) -> bool {
+        if Self::cut_off(state, id) {
+            return false;
+        }
         let at = Self::local_time(state, id);
         let same = current.holder == Some(id);
         let written = StoredLease {
@@ -370,11 +390,20 @@ impl Election {
         state.server.lease = Some(written);
         let candidate = &mut state.candidates[usize::from(id)];
         candidate.observed = Some((written.resource_version, state.now));
-        written
+        true
     }
 
-    /// The elector's release (`lock.rs` `release`) of a Lease it holds.
-    fn release(state: &mut State, id: Id, current: StoredLease) {
+    /// Whether candidate `id`'s Lease writes fail now ([`Action::CutOff`]).
+    fn cut_off(state: &State, id: Id) -> bool {
+        state.now < state.candidates[usize::from(id)].cut_off_until
+    }
+
+    /// The elector's release (`lock.rs` `release`) of a Lease it holds; refused while its Lease
+    /// writes are cut off (the Lease then expires).
+    fn release(state: &mut State, id: Id, current: StoredLease) -> bool {
+        if Self::cut_off(state, id) {
+            return false;
+        }
         let at = Self::local_time(state, id);
         let written = StoredLease {
             resource_version: current.resource_version + 1,
@@ -386,6 +415,7 @@ impl Election {
         };
         state.server.lease = Some(written);
         state.candidates[usize::from(id)].observed = Some((written.resource_version, state.now));
+        true
     }
 
     /// The elector's `Observed`: the version read, and when it was first read.
@@ -415,10 +445,11 @@ impl Election {
             Self::release(state, id, current);
             return;
         }
-        self.write_holder(state, id, current);
-        state.candidates[usize::from(id)].phase = Phase::Leading {
-            renewed_at: state.now,
-        };
+        if self.write_holder(state, id, current) {
+            state.candidates[usize::from(id)].phase = Phase::Leading {
+                renewed_at: state.now,
+            };
+        }
     }
 
     fn check(&self, state: &mut State, id: Id) {
@@ -453,8 +484,9 @@ impl Election {
                 }
             }
             (Phase::Leading { renewed_at }, Some(lease)) => {
-                if now >= renewed_at + self.timing.retry_period {
-                    self.write_holder(state, id, lease);
+                if now >= renewed_at + self.timing.retry_period
+                    && self.write_holder(state, id, lease)
+                {
                     Phase::Leading { renewed_at: now }
                 } else {
                     phase
@@ -466,8 +498,9 @@ impl Election {
                 },
                 Some(lease),
             ) => {
-                if now >= renewed_at + self.timing.retry_period {
-                    self.write_holder(state, id, lease);
+                if now >= renewed_at + self.timing.retry_period
+                    && self.write_holder(state, id, lease)
+                {
                     Phase::Draining {
                         renewed_at: now,
                         since,
@@ -560,6 +593,9 @@ impl Election {
             if faulty && candidate.is_up() && state.crashes < self.bounds.max_crashes {
                 actions.push(Action::Crash(id));
             }
+            if faulty && state.cut_offs < self.bounds.max_cut_offs {
+                actions.push(Action::CutOff(id));
+            }
         }
     }
 
@@ -641,8 +677,9 @@ impl Election {
                 }
             }
             Action::Release(id) => {
-                if let Some(current) = state.server.lease.filter(|l| l.holder == Some(id)) {
-                    Self::release(state, id, current);
+                if let Some(current) = state.server.lease.filter(|l| l.holder == Some(id))
+                    && Self::release(state, id, current)
+                {
                     state.handed_off = true;
                 }
                 state.candidates[usize::from(id)].phase = Phase::Following;
@@ -656,6 +693,10 @@ impl Election {
             }
             Action::Restart(id) => {
                 state.candidates[usize::from(id)].phase = Phase::Following;
+            }
+            Action::CutOff(id) => {
+                state.cut_offs += 1;
+                state.candidates[usize::from(id)].cut_off_until = now + self.cut_off_for();
             }
         }
     }
@@ -716,9 +757,11 @@ impl Model for Election {
                         registered: false,
                         observed: None,
                         clock_offset,
+                        cut_off_until: 0,
                     })
                     .collect(),
                 crashes: 0,
+                cut_offs: 0,
                 controller_restarts: 0,
                 handed_off: false,
                 violations: Violations::default(),

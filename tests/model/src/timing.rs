@@ -93,6 +93,9 @@ pub struct Bounds {
     pub max_crashes: u8,
     /// How many controller restarts (a relist that forgets every watched renewal) a run may contain.
     pub max_controller_restarts: u8,
+    /// How many times a candidate's Lease writes may start failing for a while (its renewals do
+    /// not get through, so its Lease expires while it lives).
+    pub max_cut_offs: u8,
 }
 
 impl Bounds {
@@ -102,5 +105,6 @@ impl Bounds {
         faults_until: 3,
         max_crashes: 1,
         max_controller_restarts: 0,
+        max_cut_offs: 0,
     };
 }

@@ -295,6 +295,8 @@ pub struct Candidate {
     pub observed: Option<(u8, Time)>,
     /// Its wall clock's offset from the controller's (stamps `renewTime`).
     pub clock_offset: i16,
+    /// Until when its Lease writes fail (a cut-off fault).
+    pub cut_off_until: Time,
 }
 
 impl Candidate {
@@ -335,6 +337,8 @@ pub struct State {
     pub candidates: Vec<Candidate>,
     /// Candidate crashes so far.
     pub crashes: u8,
+    /// Cut-offs of a candidate's Lease writes so far.
+    pub cut_offs: u8,
     /// Controller restarts so far.
     pub controller_restarts: u8,
     /// A pre-empted leader released the Lease (for the sanity check that hand-offs are explored).

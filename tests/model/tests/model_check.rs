@@ -21,13 +21,44 @@ fn explore(label: &str, model: Election) -> impl Checker<Election> {
     checker
 }
 
-/// The CI check: two candidates, one crash, faults and delays for the first 3 seconds, every
-/// property over every interleaving up to the liveness horizon.
+/// The CI check of crashes: two candidates, one crash, faults and delays for the first 3
+/// seconds, every property over every interleaving up to the liveness horizon.
 #[test]
-fn bounded_check_holds_every_property() {
+fn bounded_check_with_a_crash_holds_every_property() {
     explore(
-        "bounded",
+        "bounded, a crash",
         Election::new(Timing::BOUNDED, Bounds::BOUNDED, false),
+    )
+    .assert_properties();
+}
+
+/// The CI check of a live holder whose renewals do not get through: one cut-off of a
+/// candidate's Lease writes, long enough for its Lease to expire.
+#[test]
+fn bounded_check_with_a_cut_off_holds_every_property() {
+    let bounds = Bounds {
+        max_crashes: 0,
+        max_cut_offs: 1,
+        ..Bounds::BOUNDED
+    };
+    explore(
+        "bounded, a cut-off",
+        Election::new(Timing::BOUNDED, bounds, false),
+    )
+    .assert_properties();
+}
+
+/// The larger check: a crash and a cut-off in one run.
+#[test]
+#[ignore = "the full check: minutes; run with --ignored"]
+fn full_check_crash_and_cut_off_holds_every_property() {
+    let bounds = Bounds {
+        max_cut_offs: 1,
+        ..Bounds::BOUNDED
+    };
+    explore(
+        "full, a crash and a cut-off",
+        Election::new(Timing::BOUNDED, bounds, false),
     )
     .assert_properties();
 }
@@ -59,6 +90,27 @@ fn full_check_three_candidates_holds_every_property() {
     explore(
         "full, 3 candidates",
         Election::new(Timing::BOUNDED, bounds, false),
+    )
+    .assert_properties();
+}
+
+/// The larger check: candidates' clocks up to a second from the controller's, and a controller
+/// restart that forgets when it watched each renewal.
+#[test]
+#[ignore = "the full check: minutes; run with --ignored"]
+fn full_check_clock_skew_and_controller_restart_holds_every_property() {
+    let timing = Timing {
+        max_clock_skew: 1,
+        ..Timing::BOUNDED
+    };
+    let bounds = Bounds {
+        faults_until: 2,
+        max_controller_restarts: 1,
+        ..Bounds::BOUNDED
+    };
+    explore(
+        "full, clock skew and a controller restart",
+        Election::new(timing, bounds, true),
     )
     .assert_properties();
 }

@@ -1,6 +1,6 @@
 //! Runs one model check and prints the states explored, the depth and the time:
 //! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
-//! [task_stop_within] [timeout_seconds] [renew_deadline]`. Every property is reported; the exit status is 1 when
+//! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs]`. Every property is reported; the exit status is 1 when
 //! one fails.
 #![forbid(unsafe_code)]
 
@@ -20,6 +20,7 @@ fn main() {
         faults_until: arg(&args, 1, Bounds::BOUNDED.faults_until),
         max_crashes: arg(&args, 2, Bounds::BOUNDED.max_crashes),
         max_controller_restarts: arg(&args, 3, Bounds::BOUNDED.max_controller_restarts),
+        max_cut_offs: arg(&args, 8, Bounds::BOUNDED.max_cut_offs),
     };
     let timing = Timing {
         max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
