@@ -119,18 +119,27 @@ impl Election {
             + (t.ack_window + 2)
     }
 
-    /// How long a cut-off lasts: until the holder's Lease has expired at the controller.
+    /// How long a cut-off lasts: [`Bounds::cut_off_heals`] a lease duration plus 2 s after it
+    /// began (the holder's Lease has expired at the controller by then), or never.
     #[must_use]
     pub fn cut_off_for(&self) -> Time {
+        if self.bounds.cut_off_heals {
+            self.healed_after()
+        } else {
+            Time::MAX / 2
+        }
+    }
+
+    fn healed_after(&self) -> Time {
         self.timing.lease_duration + 2
     }
 
-    /// The end of every run: when faults stop (the last cut-off healed) plus
+    /// The end of every run: when faults stop (a cut-off that heals has healed) plus
     /// [`Election::liveness_bound`].
     #[must_use]
     pub fn horizon(&self) -> Time {
         let healed = if self.bounds.max_cut_offs > 0 {
-            self.cut_off_for()
+            self.healed_after()
         } else {
             0
         };

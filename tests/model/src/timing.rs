@@ -96,6 +96,9 @@ pub struct Bounds {
     /// How many times a candidate's Lease writes may start failing for a while (its renewals do
     /// not get through, so its Lease expires while it lives).
     pub max_cut_offs: u8,
+    /// Whether a cut-off heals (a lease duration plus 2 s after it began) or lasts for good (a
+    /// holder that may answer pings but never write its Lease: RBAC, an admission policy).
+    pub cut_off_heals: bool,
 }
 
 impl Bounds {
@@ -106,5 +109,6 @@ impl Bounds {
         max_crashes: 1,
         max_controller_restarts: 0,
         max_cut_offs: 0,
+        cut_off_heals: true,
     };
 }

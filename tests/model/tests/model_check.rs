@@ -1,7 +1,7 @@
 //! The model checks: a bounded one for CI, larger ones behind `--ignored`. Each prints the states
 //! it explored, the depth and the time (`cargo test -p conclave-model -- --nocapture`).
 
-use conclave_model::model::{Election, ONE_LEADER};
+use conclave_model::model::{Election, NOT_LEADERLESS, ONE_LEADER};
 use conclave_model::timing::{Bounds, Timing};
 use stateright::{Checker, Model};
 use std::time::Instant;
@@ -131,4 +131,23 @@ fn a_lost_term_whose_tasks_ignore_cancellation_stops_before_the_next_leader_star
         Election::new(timing, Bounds::BOUNDED, true),
     );
     checker.assert_no_discovery(ONE_LEADER);
+}
+
+/// A holder that answers pings but can never write its Lease (RBAC allows LeaseCandidate updates
+/// but not Lease updates): at each expiry it answered the probe, so it is written back, and the
+/// other live candidate never leads. The Lease stays without a leader past the liveness horizon.
+#[test]
+#[ignore = "issue 34 finding 6"]
+fn a_holder_that_never_renews_does_not_keep_the_lease_from_a_live_rival() {
+    let bounds = Bounds {
+        max_crashes: 0,
+        max_cut_offs: 1,
+        cut_off_heals: false,
+        ..Bounds::BOUNDED
+    };
+    let checker = explore(
+        "a cut-off that never heals",
+        Election::new(Timing::BOUNDED, bounds, false),
+    );
+    checker.assert_no_discovery(NOT_LEADERLESS);
 }

@@ -1,7 +1,8 @@
 //! Runs one model check and prints the states explored, the depth and the time:
 //! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
-//! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs]`. Every property is reported; the exit status is 1 when
-//! one fails.
+//! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs] [cut_off_heals]`, each
+//! defaulting to the bounded check's. Every property is reported, with the trace of each that
+//! fails; the exit status is 1 when one fails.
 #![forbid(unsafe_code)]
 
 use conclave_model::model::Election;
@@ -21,6 +22,7 @@ fn main() {
         max_crashes: arg(&args, 2, Bounds::BOUNDED.max_crashes),
         max_controller_restarts: arg(&args, 3, Bounds::BOUNDED.max_controller_restarts),
         max_cut_offs: arg(&args, 8, Bounds::BOUNDED.max_cut_offs),
+        cut_off_heals: arg(&args, 9, Bounds::BOUNDED.cut_off_heals),
     };
     let timing = Timing {
         max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
