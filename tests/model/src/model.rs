@@ -5,10 +5,10 @@ use crate::strategy::{oldest_emulation_version, rank};
 use crate::timing::{Bounds, Timing};
 use crate::world::{
     Candidate, Controller, Id, LEASE, NAMESPACE, Phase, Renewal, Server, State, StoredCandidate,
-    StoredLease, Time, Violations, announced, id_of, timestamp,
+    StoredLease, Time, Violations, announced, id_of, identity, stamped_by_holder, timestamp,
 };
-use conclave_core::lease::{LeaseRecord, Release};
-use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since};
+use conclave_core::lease::{LeaseRecord, Release, SitOut};
+use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since, never_renewed_backoff};
 use conclave_core::step::{Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
@@ -202,7 +202,21 @@ impl Election {
         let now = state.now;
         let record = lease.map(|stored| {
             let mut record = stored.record();
-            Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record);
+            Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record, now);
+            record.sitting_out = state
+                .controller
+                .sitting_out
+                .iter()
+                .zip(self.ids())
+                .filter_map(|(sitting, id)| {
+                    sitting
+                        .filter(|(_, until)| *until > now)
+                        .map(|(_, until)| SitOut {
+                            candidate: identity(id),
+                            until: timestamp(until),
+                        })
+                })
+                .collect();
             record
         });
         let candidates: Vec<_> = self
@@ -222,6 +236,7 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
+            deleted_while_held_until: None,
         });
         let Plan::Decide(election) = plan else {
             return false;
@@ -230,6 +245,12 @@ impl Election {
         let release = election.lease().and_then(LeaseRecord::released);
         match election.apply_answer(answer.as_deref()) {
             Outcome::NoWinner { .. } | Outcome::Wait { .. } => false,
+            Outcome::AwaitRenewal { .. } => {
+                if let Some(renewal) = state.controller.renewal.as_mut() {
+                    renewal.preemption_held_since.get_or_insert(now);
+                }
+                false
+            }
             Outcome::Unchanged { probe, .. } => {
                 if let Some(holder) = probe.as_deref().and_then(id_of) {
                     self.ping(state, holder, None);
@@ -243,22 +264,45 @@ impl Election {
                 false
             }
             Outcome::Write {
-                write, also_ping, ..
+                write,
+                also_ping,
+                sit_out,
+                ..
             } => {
                 if let Some(leaver) = also_ping.as_deref().and_then(id_of) {
                     self.ping(state, leaver, release);
                 }
                 let basis = election.lease().map(|l| l.resource_version.clone());
                 let precondition = basis.clone();
-                !self.write_lease(
+                let written = self.write_lease(
                     state,
                     write.kind,
                     &write.desired,
                     basis.as_deref(),
                     precondition.as_deref(),
-                )
+                );
+                if written && let Some(holder) = sit_out.as_deref().and_then(id_of) {
+                    Self::sit_out(state, holder);
+                }
+                !written
             }
         }
+    }
+
+    /// `index.rs` `Renewals::sit_out`: `id`, written as holder and never renewing, sits out the
+    /// Lease's elections, longer each time in a row.
+    fn sit_out(state: &mut State, id: Id) {
+        let now = state.now;
+        let slot = &mut state.controller.sitting_out[usize::from(id)];
+        let strikes = slot.map_or(1, |(strikes, until)| {
+            if timestamp(until) + never_renewed_backoff(strikes) > timestamp(now) {
+                strikes.saturating_add(1)
+            } else {
+                1
+            }
+        });
+        let until = time_of(Some(timestamp(now) + never_renewed_backoff(strikes)));
+        *slot = Some((strikes, until));
     }
 
     /// `writer.rs` `ping`: pings the cached candidate if it is stale, with its resourceVersion as
@@ -330,6 +374,8 @@ impl Election {
             preferred: desired.preferred().and_then(id_of),
             renew_time: time_of(desired.renew_time),
             acquire_time: time_of(desired.acquire_time),
+            renewed_by_holder: stamped_by_holder(desired.renew_time),
+            acquired_by_holder: stamped_by_holder(desired.acquire_time),
             duration: desired
                 .lease_duration_seconds
                 .and_then(|d| i16::try_from(d).ok())
@@ -394,6 +440,8 @@ impl Election {
             preferred: if same { current.preferred } else { None },
             renew_time: at,
             acquire_time: if same { current.acquire_time } else { at },
+            renewed_by_holder: true,
+            acquired_by_holder: !same || current.acquired_by_holder,
             duration: self.timing.lease_duration,
         };
         state.server.lease = Some(written);
@@ -420,6 +468,8 @@ impl Election {
             preferred: None,
             renew_time: at,
             acquire_time: at,
+            renewed_by_holder: true,
+            acquired_by_holder: true,
             duration: 1,
         };
         state.server.lease = Some(written);
@@ -635,7 +685,8 @@ impl Election {
                 state.controller.renewal = state
                     .server
                     .lease
-                    .map(|lease| Renewal::listed(None, &lease));
+                    .map(|lease| Renewal::listed(None, &lease, now));
+                state.controller.sitting_out = vec![None; self.bounds.candidates];
             }
             Action::Step => self.step(state),
             Action::RenewCandidate(id) => {
@@ -717,11 +768,15 @@ impl Election {
         (next != *state).then_some(next)
     }
 
-    /// The best candidate whose process runs, if any.
+    /// The best candidate whose process runs and that does not sit out the Lease's elections
+    /// (it was written as holder and never renewed, `plan::never_renewed_holder`), if any.
     #[must_use]
     pub fn best_live(&self, state: &State) -> Option<Id> {
-        self.ids()
-            .find(|id| state.candidates[usize::from(*id)].is_up())
+        self.ids().find(|id| {
+            state.candidates[usize::from(*id)].is_up()
+                && state.controller.sitting_out[usize::from(*id)]
+                    .is_none_or(|(_, until)| until <= state.now)
+        })
     }
 }
 
@@ -758,6 +813,7 @@ impl Model for Election {
                     lease: None,
                     candidates: vec![None; n],
                     renewal: None,
+                    sitting_out: vec![None; n],
                 },
                 candidates: offsets
                     .into_iter()

@@ -73,6 +73,31 @@ pub struct StoredLease {
     pub acquire_time: Time,
     /// `spec.leaseDurationSeconds`.
     pub duration: i16,
+    /// Whether the holder stamped `renewTime` (and not the controller): half a second later
+    /// than the second it is in, as a candidate's renewal always comes after the write that made
+    /// it holder, however fast.
+    pub renewed_by_holder: bool,
+    /// Whether the holder stamped `acquireTime` (its release).
+    pub acquired_by_holder: bool,
+}
+
+/// Half a second: how much later than the whole second a holder's stamp is.
+const HOLDER_STAMP: core::time::Duration = core::time::Duration::from_millis(500);
+
+/// A time stamped at `time`, by the holder (half a second in) or by the controller.
+#[must_use]
+pub fn stamp(time: Time, by_holder: bool) -> Timestamp {
+    if by_holder {
+        timestamp(time) + HOLDER_STAMP
+    } else {
+        timestamp(time)
+    }
+}
+
+/// Whether a core timestamp carries a holder's stamp ([`stamp`]).
+#[must_use]
+pub fn stamped_by_holder(at: Option<Timestamp>) -> bool {
+    at.is_some_and(|at| at.as_micros().rem_euclid(1_000_000) != 0)
 }
 
 impl StoredLease {
@@ -87,8 +112,8 @@ impl StoredLease {
             preferred_holder: self.preferred.map(identity),
             strategy: Some(OLDEST_EMULATION_VERSION.into()),
             lease_duration_seconds: Some(i32::from(self.duration)),
-            renew_time: Some(timestamp(self.renew_time)),
-            acquire_time: Some(timestamp(self.acquire_time)),
+            renew_time: Some(stamp(self.renew_time, self.renewed_by_holder)),
+            acquire_time: Some(stamp(self.acquire_time, self.acquired_by_holder)),
             lease_transitions: Some(0),
             elected_by_conclave: true,
             ..LeaseRecord::default()
@@ -135,26 +160,31 @@ pub struct Server {
 }
 
 /// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
-/// watched it arrive, how long after the same holder's previous one, the latest
-/// `preferredHolder`, and who released the Lease unasked or for whom.
+/// first saw it (watched arriving, or listed), how long after the same holder's previous one, the
+/// candidate any `preferredHolder` of the tenure asked for, who released the Lease unasked or for
+/// whom, and when a pre-emption of this holder was first held back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Renewal {
     /// The holder of the renewal.
     pub holder: Option<Id>,
     /// Its `renewTime`.
     pub renew_time: Time,
-    /// When the controller watched it arrive; `None`: listed, not watched.
-    pub seen_at: Option<Time>,
+    /// When the controller first saw it.
+    pub seen_at: Time,
+    /// Whether it was watched arriving (not listed).
+    pub watched: bool,
     /// Whether it is the first renewal of its holder the controller saw.
     pub first_of_holder: bool,
     /// Seconds since the same holder's previous watched renewal.
     pub period: Option<i16>,
-    /// The latest `preferredHolder` seen with it.
-    pub preferred: Option<Id>,
+    /// The candidate a `preferredHolder` seen during this holder's tenure named.
+    pub asked_for: Option<Id>,
     /// Who released the Lease unasked.
     pub released_by: Option<Id>,
     /// For whom a pre-empted holder released the Lease.
     pub released_for: Option<Id>,
+    /// When a step first held back a pre-emption of this holder.
+    pub preemption_held_since: Option<Time>,
 }
 
 impl Renewal {
@@ -169,69 +199,81 @@ impl Renewal {
         let Some(holder) = self.holder else {
             return (self.released_by, self.released_for);
         };
-        match self.preferred {
-            Some(preferred) if preferred != holder => (None, Some(preferred)),
-            _ => (Some(holder), None),
+        match self.asked_for {
+            Some(successor) => (None, Some(successor)),
+            None => (Some(holder), None),
+        }
+    }
+
+    /// Records a `preferredHolder` that asks the holder to step down.
+    fn saw_preferred(&mut self, preferred: Option<Id>) {
+        if let Some(successor) = preferred.filter(|p| self.holder.is_some_and(|h| h != *p)) {
+            self.asked_for = Some(successor);
         }
     }
 
     /// The entry after the watch delivered `lease` at `now` (`Renewals::watched`).
     #[must_use]
     pub fn watched(previous: Option<Self>, lease: &StoredLease, now: Time) -> Self {
-        if let Some(same) = previous.filter(|r| r.is(lease)) {
-            return Self {
-                preferred: lease.preferred,
-                ..same
-            };
+        if let Some(mut same) = previous.filter(|r| r.is(lease)) {
+            same.saw_preferred(lease.preferred);
+            return same;
         }
         let (released_by, released_for) = match lease.holder {
             Some(_) => (None, None),
             None => previous.map_or((None, None), |p| p.release()),
         };
         let same_holder = previous.filter(|p| p.holder.is_some() && p.holder == lease.holder);
-        Self {
+        let mut renewal = Self {
             holder: lease.holder,
             renew_time: lease.renew_time,
-            seen_at: Some(now),
+            seen_at: now,
+            watched: true,
             first_of_holder: same_holder.is_none(),
             period: same_holder
-                .filter(|p| !p.first_of_holder)
-                .and_then(|p| p.seen_at)
-                .map(|seen| (now - seen).max(0)),
-            preferred: lease.preferred,
+                .filter(|p| !p.first_of_holder && p.watched)
+                .map(|p| (now - p.seen_at).max(0)),
+            asked_for: same_holder.and_then(|p| p.asked_for),
             released_by,
             released_for,
-        }
+            preemption_held_since: same_holder.and_then(|p| p.preemption_held_since),
+        };
+        renewal.saw_preferred(lease.preferred);
+        renewal
     }
 
-    /// The entry after a relist delivered `lease` (`Renewals::listed`).
+    /// The entry after a relist at `now` delivered `lease` (`Renewals::listed`).
     #[must_use]
-    pub fn listed(previous: Option<Self>, lease: &StoredLease) -> Self {
-        match previous.filter(|r| r.is(lease)) {
-            Some(same) => Self {
-                preferred: lease.preferred,
-                ..same
-            },
-            None => Self {
-                holder: lease.holder,
-                renew_time: lease.renew_time,
-                seen_at: None,
-                first_of_holder: true,
-                period: None,
-                preferred: lease.preferred,
-                released_by: None,
-                released_for: None,
-            },
+    pub fn listed(previous: Option<Self>, lease: &StoredLease, now: Time) -> Self {
+        if let Some(mut same) = previous.filter(|r| r.is(lease)) {
+            same.saw_preferred(lease.preferred);
+            return same;
         }
+        let mut renewal = Self {
+            holder: lease.holder,
+            renew_time: lease.renew_time,
+            seen_at: now,
+            watched: false,
+            first_of_holder: true,
+            period: None,
+            asked_for: None,
+            released_by: None,
+            released_for: None,
+            preemption_held_since: None,
+        };
+        renewal.saw_preferred(lease.preferred);
+        renewal
     }
 
-    /// Fills in what the controller watched of the renewal `record` carries
-    /// (`Renewals::annotate`); nothing when `lease` is not that renewal.
-    pub fn annotate(this: Option<&Self>, lease: &StoredLease, record: &mut LeaseRecord) {
+    /// Fills in what the controller saw of the renewal `record` carries at `now`
+    /// (`Renewals::annotate`): a record newer than the renewal last seen was first seen `now`.
+    pub fn annotate(this: Option<&Self>, lease: &StoredLease, record: &mut LeaseRecord, now: Time) {
         let Some(renewal) = this.filter(|r| r.is(lease)) else {
+            record.observed_renewal = Some(timestamp(now));
             return;
         };
-        record.observed_renewal = renewal.seen_at.map(timestamp);
+        record.observed_renewal = Some(timestamp(renewal.seen_at));
+        record.preemption_held_since = renewal.preemption_held_since.map(timestamp);
         record.renew_period = renewal
             .period
             .map(|p| core::time::Duration::from_secs(p as u64));
@@ -253,6 +295,9 @@ pub struct Controller {
     pub candidates: Vec<Option<StoredCandidate>>,
     /// The watched renewal of the Lease.
     pub renewal: Option<Renewal>,
+    /// Each candidate that sits out the Lease's elections (it was written as holder and never
+    /// renewed): how many times in a row, and until when (`index.rs` `Renewals::sit_out`).
+    pub sitting_out: Vec<Option<(u32, Time)>>,
 }
 
 /// Where a candidate's process stands.
@@ -425,6 +470,11 @@ impl core::fmt::Display for State {
             write!(f, " c{id}:{:?}", candidate.phase)?;
             if let Some(Some(c)) = self.server.candidates.get(id) {
                 write!(f, "[renew={} ping={:?}]", c.renew_time, c.ping_time)?;
+            }
+        }
+        for (id, sitting) in self.controller.sitting_out.iter().enumerate() {
+            if let Some((strikes, until)) = sitting {
+                write!(f, " c{id}-sits-out[strikes={strikes} until={until}]")?;
             }
         }
         if self.violations != Violations::default() {

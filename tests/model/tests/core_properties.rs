@@ -4,7 +4,7 @@
 //! decision whatever the order of the candidates, and every write carries the resourceVersion the
 //! Lease was read at.
 
-use conclave_core::lease::LeaseRecord;
+use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::plan::{Mode, WriteKind};
 use conclave_core::request::CandidateView;
 use conclave_core::step::{Arrivals, Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
@@ -116,11 +116,19 @@ fn candidates() -> impl Strategy<Value = Vec<CandidateView>> {
     )
 }
 
+/// Leases of every shape, with a renewal period up to an hour.
+fn leases() -> impl Strategy<Value = Option<LeaseRecord>> {
+    leases_renewing_every((0u64..3_600).prop_map(Duration::from_secs))
+}
+
+/// Leases whose holder the controller watched renewing every `periods` (`renew_period`).
 #[allow(
     clippy::needless_update,
     reason = "fields added to LeaseRecord later take their default here instead of breaking the build"
 )]
-fn leases() -> impl Strategy<Value = Option<LeaseRecord>> {
+fn leases_renewing_every(
+    periods: impl Strategy<Value = Duration>,
+) -> impl Strategy<Value = Option<LeaseRecord>> {
     let spec = (
         proptest::option::weighted(0.9, names()),
         proptest::option::of(names()),
@@ -133,17 +141,22 @@ fn leases() -> impl Strategy<Value = Option<LeaseRecord>> {
     );
     let watched = (
         proptest::option::of(times()),
-        proptest::option::of(durations()),
+        proptest::option::of(periods),
         proptest::option::of(names()),
         proptest::option::of(names()),
         any::<bool>(),
     );
+    let kept = (
+        proptest::option::of(times()),
+        proptest::collection::vec((names(), times()), 0..3),
+    );
     proptest::option::weighted(
         0.8,
-        (spec, watched).prop_map(
+        (spec, watched, kept).prop_map(
             |(
                 (holder, preferred, strategy, duration, renew, acquire, transitions, version),
                 (observed, period, released_by, released_for, elected_by_conclave),
+                (preemption_held_since, sitting_out),
             )| LeaseRecord {
                 namespace: "ns".into(),
                 name: "lease".into(),
@@ -160,6 +173,11 @@ fn leases() -> impl Strategy<Value = Option<LeaseRecord>> {
                 renew_period: period,
                 released_by,
                 released_for,
+                preemption_held_since,
+                sitting_out: sitting_out
+                    .into_iter()
+                    .map(|(candidate, until)| SitOut { candidate, until })
+                    .collect(),
                 ..LeaseRecord::default()
             },
         ),
@@ -176,6 +194,7 @@ struct Settings {
     mode: Mode,
     builtin_active: bool,
     arrivals: Option<Arrivals>,
+    deleted_while_held_until: Option<Timestamp>,
     now: Timestamp,
 }
 
@@ -187,6 +206,7 @@ fn settings() -> impl Strategy<Value = Settings> {
         prop_oneof![4 => Just(Mode::All), 1 => Just(Mode::Auto), 1 => Just(Mode::ThirdParty)],
         any::<bool>(),
         proptest::option::of((times(), times()).prop_map(|(first, last)| Arrivals { first, last })),
+        proptest::option::weighted(0.1, times()),
         prop_oneof![4 => Just(Timestamp::from_secs(NOW)), 1 => times()],
     )
         .prop_map(
@@ -197,6 +217,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 mode,
                 builtin_active,
                 arrivals,
+                deleted_while_held_until,
                 now,
             )| {
                 Settings {
@@ -206,6 +227,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                     mode,
                     builtin_active,
                     arrivals,
+                    deleted_while_held_until,
                     now,
                 }
             },
@@ -257,6 +279,7 @@ fn step(
         builtin_active: settings.builtin_active,
         has_strategy: &has_strategy,
         arrivals: settings.arrivals,
+        deleted_while_held_until: settings.deleted_while_held_until,
     });
     let outcome = match &plan {
         Plan::Skip(_) => None,
@@ -347,5 +370,27 @@ proptest! {
                 None => prop_assert_eq!(write.kind, WriteKind::Create),
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 10_000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// No step panics, whatever renewal period the controller measured: `next_renewal_awaited`
+    /// adds half a period to a period (`period + period / 2`), which overflows `Duration` for a
+    /// period above 2^64 / 1.5 seconds.
+    #[test]
+    #[ignore = "issue 34 finding 8: the bound on a held-back pre-emption adds durations without saturating"]
+    fn no_step_panics_on_any_renewal_period(
+        lease in leases_renewing_every(any::<u64>().prop_map(Duration::from_secs)),
+        candidates in candidates(),
+        settings in settings(),
+        answer in answers(),
+    ) {
+        step(lease.as_ref(), &candidates, &settings, answer);
     }
 }
