@@ -154,12 +154,18 @@ impl Election {
         (0..self.bounds.candidates).map(|i| Id::try_from(i).unwrap_or(Id::MAX))
     }
 
-    /// When a draining term's tasks have stopped at the latest.
-    fn tasks_stop_by(&self, renewed_at: Time, since: Time, lost: bool) -> Time {
+    /// When a draining term's tasks have stopped at the latest (`elector.rs` `drain`): aborted
+    /// at the drain timeout; when the Lease counts as lost, `ABORT_GRACE` before it could expire;
+    /// when another holder is named or the Lease is gone, at once.
+    fn tasks_stop_by(&self, renewed_at: Time, since: Time, lost: bool, taken: bool) -> Time {
         let t = &self.timing;
         let mut abort_at = since + t.drain_timeout;
         if lost {
-            abort_at = abort_at.min(renewed_at + t.lease_duration);
+            abort_at =
+                abort_at.min((renewed_at + t.lease_duration - t.abort_grace).max(renewed_at));
+        }
+        if taken {
+            abort_at = since;
         }
         t.tasks_stopped_by(since, abort_at)
     }
@@ -173,9 +179,10 @@ impl Election {
                 renewed_at,
                 since,
                 lost,
+                taken,
             } => {
                 (!lost && now >= renewed_at + self.timing.renew_deadline)
-                    || now >= self.tasks_stop_by(renewed_at, since, lost)
+                    || now >= self.tasks_stop_by(renewed_at, since, lost, taken)
             }
             _ => false,
         }
@@ -520,6 +527,7 @@ impl Election {
             renewed_at,
             since: now,
             lost: true,
+            taken: true,
         };
         let next = match (phase, current) {
             (Phase::Leading { renewed_at }, None) => lost(renewed_at),
@@ -532,6 +540,7 @@ impl Election {
                 renewed_at,
                 since,
                 lost: true,
+                taken: true,
             },
             (Phase::Leading { renewed_at }, Some(lease))
                 if lease.preferred.is_some_and(|p| p != id) =>
@@ -540,6 +549,7 @@ impl Election {
                     renewed_at,
                     since: now,
                     lost: false,
+                    taken: false,
                 }
             }
             (Phase::Leading { renewed_at }, Some(lease)) => {
@@ -564,6 +574,7 @@ impl Election {
                         renewed_at: now,
                         since,
                         lost: false,
+                        taken: false,
                     }
                 } else {
                     phase
@@ -590,6 +601,7 @@ impl Election {
             Phase::Draining {
                 renewed_at,
                 lost: false,
+                taken: false,
                 ..
             } => renewal_due(renewed_at),
             _ => false,
@@ -632,6 +644,7 @@ impl Election {
                     | Phase::Draining {
                         renewed_at,
                         lost: false,
+                        taken: false,
                         ..
                     } = candidate.phase
                         && state.now >= renewed_at + self.timing.renew_deadline
@@ -715,13 +728,18 @@ impl Election {
                         renewed_at,
                         since: now,
                         lost: true,
+                        taken: false,
                     },
                     Phase::Draining {
-                        renewed_at, since, ..
+                        renewed_at,
+                        since,
+                        taken,
+                        ..
                     } => Phase::Draining {
                         renewed_at,
                         since,
                         lost: true,
+                        taken,
                     },
                     phase => phase,
                 };

@@ -323,6 +323,8 @@ pub enum Phase {
         since: Time,
         /// Whether the Lease counts as lost (no renewal, no release).
         lost: bool,
+        /// Whether another holder was named or the Lease was gone (the tasks are aborted at once).
+        taken: bool,
     },
     /// The term's tasks stopped after a pre-emption; the Lease is to be released.
     Releasing,

@@ -115,12 +115,13 @@ fn full_check_clock_skew_and_controller_restart_holds_every_property() {
     .assert_properties();
 }
 
-/// A term's tasks that ignore cancellation: the elector bounds a lost term's drain by the
-/// Lease's expiry and then gives aborted tasks `ABORT_GRACE`, while the controller elects the
-/// next holder at that expiry. A pre-empted leader whose renewals stall while it drains leads
-/// until one second after the next leader started.
+/// A term's tasks that ignore cancellation (issue 34 finding 1): the elector aborts a lost term's
+/// tasks `ABORT_GRACE` before the Lease could expire, and at once when another holder is named,
+/// so they have stopped when the controller elects the next holder at that expiry. Before the
+/// fix the drain ran to the expiry and aborted tasks had `ABORT_GRACE` more: a pre-empted leader
+/// whose renewals stalled while it drained led until one second after the next leader started.
 #[test]
-#[ignore = "issue 34 finding 1"]
+#[ignore = "issue 34 finding 1, a minute: run with --ignored"]
 fn a_lost_term_whose_tasks_ignore_cancellation_stops_before_the_next_leader_starts() {
     let timing = Timing {
         task_stop_within: 3,
@@ -133,11 +134,12 @@ fn a_lost_term_whose_tasks_ignore_cancellation_stops_before_the_next_leader_star
     checker.assert_no_discovery(ONE_LEADER);
 }
 
-/// A holder that answers pings but can never write its Lease (RBAC allows LeaseCandidate updates
-/// but not Lease updates): at each expiry it answered the probe, so it is written back, and the
-/// other live candidate never leads. The Lease stays without a leader past the liveness horizon.
+/// A holder that answers pings but can never write its Lease (issue 34 finding 6; RBAC allows
+/// LeaseCandidate updates but not Lease updates): it sits out once its Lease expired without a
+/// renewal, and the other live candidate leads. Before the fix it answered the probe at each
+/// expiry, was written back, and the Lease stayed without a leader past the liveness horizon.
 #[test]
-#[ignore = "issue 34 finding 6"]
+#[ignore = "issue 34 finding 6, a minute: run with --ignored"]
 fn a_holder_that_never_renews_does_not_keep_the_lease_from_a_live_rival() {
     let bounds = Bounds {
         max_crashes: 0,
