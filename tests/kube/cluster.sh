@@ -223,7 +223,7 @@ down() {
             kill -KILL -- "-$pid" 2>/dev/null || true
         done
     fi
-    [[ -d $dir/node ]] && bash "$node_sh" cleanup "$dir/node"
+    if [[ -d $dir/node ]]; then bash "$node_sh" cleanup "$dir/node"; fi
     rm -rf "$dir/pids" "$dir/etcd-data" "$dir/node/containerd"
     say "stopped; logs stay in $dir/logs"
 }

@@ -23,9 +23,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BRIDGE=conclave0
 SUBNET=10.244.0.0/24
 NODE_IP=10.244.0.1
+# The Service range of the test control planes: routed to the bridge, so that a ClusterIP that
+# kube-proxy does not translate (yet) never leaves the machine.
+SERVICE_CIDR=10.0.0.0/24
 # The filter chain that keeps the pods' traffic on the bridge: pods talk to each other and to the
 # host, never beyond it.
 GUARD=CONCLAVE-NODE-GUARD
+# net.ipv4.ip_forward as it was before the first node set it.
+FORWARD_ORIG=/run/conclave-node.ip_forward
 
 say() { echo "node.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -75,12 +80,16 @@ fill() {
 
 setup() {
     local dir=$1
+    # The caller holds the machine's node lock: whatever a node left behind (its test binary was
+    # killed before it could clean up) is stale.
+    sweep '/node/containerd\.sock' '/node/(containerd|kubelet)(/|$)'
     mkdir -p "$dir/cni" "$dir/manifests" "$dir/containerd"
     fill "$dir" <"$here/containerd.toml" >"$dir/containerd.toml"
     fill "$dir" <"$here/kubelet.yaml" >"$dir/kubelet.yaml"
     fill "$dir" <"$here/cni.conflist" >"$dir/cni/10-conclave-node.conflist"
-    # The CNI bridge plugin turns forwarding on for its gateway; remember the value to restore.
-    [[ -f $dir/ip_forward.orig ]] || cat /proc/sys/net/ipv4/ip_forward >"$dir/ip_forward.orig"
+    # The CNI bridge plugin turns forwarding on for its gateway; remember the value to restore
+    # (machine-wide, like the setting: a node killed before its cleanup leaves it for the next).
+    [[ -f $FORWARD_ORIG ]] || cat /proc/sys/net/ipv4/ip_forward >"$FORWARD_ORIG"
     sysctl -qw net.ipv4.ip_forward=1
     # The bridge exists before the kubelet starts, so that the node's address (--node-ip) does.
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -88,6 +97,7 @@ setup() {
     fi
     ip addr replace "$NODE_IP/${SUBNET#*/}" dev "$BRIDGE"
     ip link set "$BRIDGE" up
+    ip route replace "$SERVICE_CIDR" dev "$BRIDGE"
     if ! iptables -w -n -L "$GUARD" >/dev/null 2>&1; then
         iptables -w -N "$GUARD"
         iptables -w -A "$GUARD" -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
@@ -100,7 +110,12 @@ setup() {
 
 import() {
     local dir=$1 ctr=$2 tar=$3
-    "$ctr" --address "$dir/containerd.sock" -n k8s.io images import "$tar" >/dev/null
+    local out
+    # ctr warns on stderr that cgroup v1 is deprecated; show its output only when it fails.
+    if ! out=$("$ctr" --address "$dir/containerd.sock" -n k8s.io images import "$tar" 2>&1); then
+        echo "$out" >&2
+        die "cannot import $tar"
+    fi
 }
 
 # Every pid in the kubelet's pod cgroups (all v1 hierarchies, and the unified one).
@@ -109,11 +124,12 @@ pod_pids() {
         | xargs -r cat 2>/dev/null | sort -u
 }
 
-# The runc shims of this node's containerd (they outlive containerd: they are reparented to init).
+# The runc shims of a node's containerd whose socket path matches the regular expression SOCKET
+# (they outlive containerd: they are reparented to init).
 shim_pids() {
-    local dir=$1 p
+    local socket=$1 p
     for p in /proc/[0-9]*; do
-        if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $dir/containerd.sock"; then
+        if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qE -- "-address [^ ]*$socket( |\$)"; then
             echo "${p#/proc/}"
         fi
     done
@@ -124,23 +140,27 @@ remove_cgroup_tree() {
     find "$1" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 }
 
-cleanup() {
-    local dir=$1 pids round
+# Removes what a node left on the host: kills the processes in the kubelet's pod cgroups and the
+# shims whose containerd socket matches SOCKET (a regular expression), unmounts every mount point
+# matching MOUNTS, deletes the bridge, the KUBE-*, CNI-* and guard chains, and the pod cgroups.
+sweep() {
+    local socket=$1 mounts=$2 pids round
     for round in 1 2 3 4 5 6 7 8 9 10; do
-        pids=$( { pod_pids; shim_pids "$dir"; } | sort -u)
+        pids=$( { pod_pids; shim_pids "$socket"; } | sort -u)
         [[ -z $pids ]] && break
         # shellcheck disable=SC2086
         kill -9 $pids 2>/dev/null || true
         sleep 0.5
     done
-    # Mounts of the node's run directory (rootfs overlays, network namespaces, volumes), deepest
-    # first; lazily, so that a busy one cannot stop the cleanup.
-    local mounts
-    mounts=$(awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
-    for m in $mounts; do umount -l "$m" 2>/dev/null || true; done
+    # Rootfs overlays, network namespaces, volumes: deepest first, lazily, so that a busy one cannot
+    # stop the cleanup.
+    local m
+    # (ENVIRON, not awk -v, which would interpret the pattern's backslashes.)
+    for m in $(RE=$mounts awk '$5 ~ ENVIRON["RE"] { print $5 }' /proc/self/mountinfo | sort -r); do
+        umount -l "$m" 2>/dev/null || true
+    done
     ip link del "$BRIDGE" 2>/dev/null || true
-    # The kubelet's and CNI's chains (KUBE-*, CNI-*), and the guard: drop every rule that jumps to
-    # or sits in one, then the chains, in every table.
+    # Drop every rule that jumps to or sits in one of the chains, then the chains, in every table.
     local table
     for table in filter nat mangle; do
         iptables-save -t "$table" 2>/dev/null | awk -v guard="$GUARD" '
@@ -153,12 +173,21 @@ cleanup() {
             { print }' | iptables-restore -w -T "$table" 2>/dev/null || true
     done
     local cg
-    for cg in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods.slice; do
-        [[ -d $cg ]] && remove_cgroup_tree "$cg"
+    for cg in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+        if [[ -d $cg ]]; then remove_cgroup_tree "$cg"; fi
     done
-    if [[ -f $dir/ip_forward.orig ]]; then
-        sysctl -qw "net.ipv4.ip_forward=$(cat "$dir/ip_forward.orig")"
-        rm -f "$dir/ip_forward.orig"
+}
+
+# Regular expression matching exactly the string $1.
+literal() { printf '%s' "$1" | sed 's/[][\.*^$+?(){}|]/\\&/g'; }
+
+cleanup() {
+    local dir=$1 quoted
+    quoted=$(literal "$dir")
+    sweep "$quoted/containerd\.sock" "^$quoted/"
+    if [[ -f $FORWARD_ORIG ]]; then
+        sysctl -qw "net.ipv4.ip_forward=$(cat "$FORWARD_ORIG")"
+        rm -f "$FORWARD_ORIG"
     fi
     rm -rf "$dir/cni-ipam"
 }
