@@ -1,14 +1,14 @@
 //! The test node runs Pods as a real cluster does: scheduled by kube-scheduler onto the node, the
-//! container started by containerd, its readiness probed by the kubelet, and a container killed by
-//! SIGKILL restarted by the kubelet. These are the behaviours the chart's Deployment relies on
-//! (probes gate Ready, a crashed controller comes back).
+//! container started by containerd, its readiness probed by the kubelet, its log read through the
+//! API server, and a container killed by SIGKILL restarted by the kubelet. These are the behaviours
+//! the chart's Deployment relies on (probes gate Ready, a crashed controller comes back).
 
 use std::time::Duration;
 
 use conclave_testkit::{ControlPlane, NODE_NAME, Node, PROBE_IMAGE, wait_for};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{LogParams, PostParams};
 
 /// Generous: the first pod on a fresh node on a busy 2-core machine imports nothing but still
 /// creates its sandbox, network and token volume.
@@ -88,6 +88,12 @@ async fn the_node_runs_a_probed_pod_and_restarts_a_killed_container() {
     );
     let container = &status.container_statuses.as_ref().expect("statuses")[0];
     assert_eq!(container.restart_count, 0);
+    // `kubectl logs`: the API server reaches the kubelet, which authenticates and authorizes it.
+    let logs = pods
+        .logs("probe", &LogParams::default())
+        .await
+        .expect("the container's log through the kubelet");
+    assert!(logs.contains("probe: serving /healthz on :8080"), "{logs}");
     let container_id = container.container_id.clone().expect("container id");
 
     node.kill_container(&container_id).expect("SIGKILL");

@@ -1,5 +1,6 @@
 // Command probe is the test node's workload: it answers GET /healthz with 200 "ok" on :8080 (for
-// the kubelet's probes) until SIGTERM or SIGINT. Built FROM scratch into localhost/conclave-probe:local.
+// the kubelet's probes) until SIGTERM or SIGINT, and says so on stdout (for `kubectl logs`). Built
+// FROM scratch into localhost/conclave-probe:local.
 package main
 
 import (
@@ -19,6 +20,7 @@ func main() {
 			os.Exit(1)
 		}
 	}()
+	os.Stdout.WriteString("probe: serving /healthz on :8080\n")
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
 	<-c
