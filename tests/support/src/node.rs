@@ -13,13 +13,19 @@
 //! holds until it is dropped.
 
 use std::fs::File;
+use std::io;
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node as NodeObject;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 
 use crate::binaries::{Binaries, workspace_root};
 use crate::control_plane::free_port;
@@ -47,11 +53,19 @@ const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of a log quoted in errors.
 const TAIL_BYTES: usize = 4000;
 /// The node binaries `tests/kube/build.sh` builds, besides the control plane's.
-const NODE_BINARIES: [&str; 4] = ["kubelet", "containerd", "containerd-shim-runc-v2", "ctr"];
+const NODE_BINARIES: [&str; 5] = [
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+];
+/// The pods' range (`node.sh`'s SUBNET), for kube-proxy's `--cluster-cidr`.
+const POD_CIDR: &str = "10.244.0.0/24";
 /// The image archives `node.sh prepare` builds into the binaries' directory.
 const IMAGES: [&str; 2] = ["pause.tar", "probe.tar"];
 
-/// A running node (containerd + kubelet) and the controllers a node needs to run Pods
+/// A running node (containerd + kubelet + kube-proxy) and the controllers a node needs to run Pods
 /// (kube-controller-manager for ServiceAccounts and ReplicaSets, kube-scheduler), joined to a
 /// control plane with its own credentials (`system:node:conclave-node` in `system:nodes`, checked
 /// by the Node authorizer and NodeRestriction). Dropping it kills every process, the containers
@@ -64,9 +78,11 @@ pub struct Node {
     ctr: PathBuf,
     node_sh: PathBuf,
     kubelet: ManagedProcess,
+    proxy: ManagedProcess,
     scheduler: ManagedProcess,
     controller_manager: ManagedProcess,
     containerd: ManagedProcess,
+    _relay: ApiRelay,
     _host: HostCleanup,
     /// Held (flock) for the node's lifetime; released last, after the clean-up.
     _lock: File,
@@ -193,19 +209,41 @@ impl Node {
             ],
             &dir.join("kubelet.log"),
         )?;
+        let proxy_kubeconfig = plane.kubeconfig_for_user("system:kube-proxy", None)?;
+        let proxy = ManagedProcess::spawn(
+            "kube-proxy",
+            &binaries.path("kube-proxy"),
+            &[
+                format!("--kubeconfig={}", proxy_kubeconfig.display()),
+                format!("--hostname-override={NODE_NAME}"),
+                "--proxy-mode=iptables".into(),
+                format!("--cluster-cidr={POD_CIDR}"),
+                // Leaves the machine's nf_conntrack_max alone.
+                "--conntrack-max-per-core=0".into(),
+                format!("--healthz-bind-address=127.0.0.1:{}", free_port()?),
+                format!("--metrics-bind-address=127.0.0.1:{}", free_port()?),
+                "--v=1".into(),
+            ],
+            &dir.join("kube-proxy.log"),
+        )?;
+        let relay = ApiRelay::start(&node_ip, plane.server_url())?;
+        publish_api_endpoint(plane, relay.addr).await?;
         let mut node = Self {
             dir,
             ctr,
             node_sh,
             kubelet,
+            proxy,
             scheduler,
             controller_manager,
             containerd,
+            _relay: relay,
             _host: host,
             _lock: lock,
         };
         for p in [
             &node.kubelet,
+            &node.proxy,
             &node.scheduler,
             &node.controller_manager,
             &node.containerd,
@@ -294,6 +332,7 @@ impl Node {
             &mut self.controller_manager,
             &mut self.scheduler,
             &mut self.kubelet,
+            &mut self.proxy,
         ] {
             if let Some(status) = p.exit_status() {
                 return Err(Error::Process {
@@ -355,6 +394,109 @@ impl ControlPlane {
             &dir.join(format!("{binary}.log")),
         )
     }
+}
+
+/// Forwards TCP connections from the node's address to the API server, which listens on loopback
+/// only: pods reach it through the `kubernetes` Service (10.0.0.1:443, translated by kube-proxy to
+/// this relay), as in-cluster clients do. Stops accepting on drop.
+struct ApiRelay {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl ApiRelay {
+    /// Listens on `node_ip` (a free port) and relays to the API server at `server`
+    /// (`https://127.0.0.1:<port>`).
+    fn start(node_ip: &str, server: &str) -> Result<Self, Error> {
+        let io_err = |context: &str| {
+            let context = context.to_owned();
+            move |source| Error::Io { context, source }
+        };
+        let ip: Ipv4Addr = node_ip.parse().map_err(|e| {
+            Error::InvalidArgument(format!("node.sh printed {node_ip:?}, not an address: {e}"))
+        })?;
+        let upstream: SocketAddr = server
+            .trim_start_matches("https://")
+            .parse()
+            .map_err(|e| Error::InvalidArgument(format!("API server URL {server}: {e}")))?;
+        let listener = TcpListener::bind((ip, 0)).map_err(io_err("binding the API relay"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(io_err("reading the API relay's address"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::Builder::new()
+            .name("testkit-api-relay".into())
+            .spawn(move || {
+                for incoming in listener.incoming() {
+                    if stopped.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Ok(client) = incoming {
+                        std::thread::spawn(move || relay(client, upstream));
+                    }
+                }
+            })
+            .map_err(io_err("starting the API relay thread"))?;
+        Ok(Self { addr, stop })
+    }
+}
+
+impl Drop for ApiRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accepting thread, which then sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+    }
+}
+
+/// Copies bytes both ways between `client` and a new connection to `upstream` until either side
+/// closes.
+fn relay(client: TcpStream, upstream: SocketAddr) {
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let pipe = |mut from: TcpStream, mut to: TcpStream| {
+        let _ = io::copy(&mut from, &mut to);
+        let _ = to.shutdown(Shutdown::Write);
+    };
+    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let upload = std::thread::spawn(move || pipe(client, server));
+    pipe(server2, client2);
+    let _ = upload.join();
+}
+
+/// Points the `kubernetes` Service at the relay: the control plane runs with
+/// `--endpoint-reconciler-type=none` (it listens on loopback, which an endpoint cannot name), so
+/// the node writes the EndpointSlice kube-proxy translates 10.0.0.1:443 with.
+async fn publish_api_endpoint(plane: &ControlPlane, relay: SocketAddr) -> Result<(), Error> {
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "conclave-testkit",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [relay.ip().to_string()], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": relay.port(), "protocol": "TCP"}],
+    }))
+    .expect("the EndpointSlice manifest is an EndpointSlice");
+    let slices: Api<EndpointSlice> = Api::namespaced(plane.client().await?, "default");
+    slices
+        .patch(
+            "kubernetes",
+            &PatchParams::apply("conclave-testkit").force(),
+            &Patch::Apply(&slice),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Why no node can run here, or `None` when it can: not root, a binary or image missing, or

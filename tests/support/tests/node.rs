@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use conclave_testkit::{ControlPlane, NODE_NAME, Node, PROBE_IMAGE, wait_for};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::Api;
 use kube::api::{LogParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
 
 /// Generous: the first pod on a fresh node on a busy 2-core machine imports nothing but still
 /// creates its sandbox, network and token volume.
@@ -58,6 +59,32 @@ async fn the_node_runs_a_probed_pod_and_restarts_a_killed_container() {
     };
     let ns = plane.namespace("node").await.expect("namespace");
     let client = plane.client().await.expect("client");
+
+    // In-cluster clients reach the API server at the `kubernetes` Service's address, which
+    // kube-proxy translates (here from the host; pods take the same rules).
+    let mut kubeconfig = Kubeconfig::read_from(plane.kubeconfig_path()).expect("kubeconfig");
+    for cluster in &mut kubeconfig.clusters {
+        if let Some(cluster) = cluster.cluster.as_mut() {
+            cluster.server = Some("https://10.0.0.1:443".into());
+        }
+    }
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("in-cluster config");
+    let in_cluster = Client::try_from(config).expect("in-cluster client");
+    wait_for("the kubernetes Service to answer", POD_TIMEOUT, || {
+        let in_cluster = in_cluster.clone();
+        async move {
+            let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+            Ok(in_cluster
+                .request_text(request)
+                .await
+                .ok()
+                .filter(|b| b == "ok"))
+        }
+    })
+    .await
+    .expect("the API server through the kubernetes Service");
 
     // Pods need their namespace's ServiceAccount, which kube-controller-manager creates.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
