@@ -320,6 +320,31 @@ impl Node {
         .map(drop)
     }
 
+    /// The host pid of the container `container_id`'s main process (with or without the
+    /// `containerd://` prefix), from containerd's task list: read its `/proc/<pid>` to see the
+    /// user, privileges and mounts the container really runs with.
+    pub fn container_pid(&self, container_id: &str) -> Result<u32, Error> {
+        let id = container_id
+            .strip_prefix("containerd://")
+            .unwrap_or(container_id);
+        let tasks = run_script(
+            Command::new(&self.ctr)
+                .arg("--address")
+                .arg(self.dir.join("containerd.sock"))
+                .args(["-n", "k8s.io", "tasks", "ls"]),
+            "ctr tasks ls",
+        )?;
+        tasks
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                Some((fields.next()?, fields.next()?.parse::<u32>().ok()?))
+            })
+            .find(|(task, _)| *task == id)
+            .map(|(_, pid)| pid)
+            .ok_or_else(|| Error::InvalidArgument(format!("no running task {id}:\n{tasks}")))
+    }
+
     /// The node's run directory (configuration, containerd's and the kubelet's state, logs).
     pub fn dir(&self) -> &Path {
         &self.dir
