@@ -46,6 +46,8 @@ pub const PROBE_IMAGE: &str = "localhost/conclave-probe:local";
 
 /// Serialises nodes across processes (one per machine).
 const LOCK_PATH: &str = "/run/conclave-node.lock";
+/// How long to wait for another node on this machine to stop.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long to wait for the node to report Ready (a first start on a busy machine is slow).
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long to wait for containerd's socket.
@@ -562,7 +564,8 @@ fn required() -> bool {
     std::env::var_os(NODE_REQUIRE_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// Takes the machine-wide node lock, waiting for another node to be dropped.
+/// Takes the machine-wide node lock, waiting up to [`LOCK_TIMEOUT`] for another node (another
+/// test's, or `cluster.sh up`'s) to go away.
 fn lock_machine() -> Result<File, Error> {
     let io = |source| Error::Io {
         context: format!("locking {LOCK_PATH}"),
@@ -574,13 +577,33 @@ fn lock_machine() -> Result<File, Error> {
         .write(true)
         .open(LOCK_PATH)
         .map_err(io)?;
-    #[allow(unsafe_code)]
-    // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    if locked != 0 {
-        return Err(io(std::io::Error::last_os_error()));
+    let deadline = Instant::now() + LOCK_TIMEOUT;
+    let mut said = false;
+    loop {
+        #[allow(unsafe_code)]
+        // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked == 0 {
+            return Ok(file);
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(io(error));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout {
+                what: format!(
+                    "{LOCK_PATH}: another node runs on this machine (a test, or tests/kube/cluster.sh up)"
+                ),
+                seconds: LOCK_TIMEOUT.as_secs(),
+            });
+        }
+        if !said {
+            eprintln!("testkit: waiting for another node to stop ({LOCK_PATH})");
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
-    Ok(file)
 }
 
 fn import_archive(node_sh: &Path, dir: &Path, ctr: &Path, archive: &Path) -> Result<(), Error> {
