@@ -160,17 +160,20 @@ sweep() {
         umount -l "$m" 2>/dev/null || true
     done
     ip link del "$BRIDGE" 2>/dev/null || true
-    # Drop every rule that jumps to or sits in one of the chains, then the chains, in every table.
-    local table
-    for table in filter nat mangle; do
-        iptables-save -t "$table" 2>/dev/null | awk -v guard="$GUARD" '
-            /^\*/ || /^COMMIT/ { print; next }
-            /^:/ { name = substr($1, 2); if (name ~ /^(KUBE-|CNI-)/ || name == guard) next; print; next }
-            /^-A / { if ($2 ~ /^(KUBE-|CNI-)/ || $2 == guard) next;
-                     for (i = 3; i <= NF; i++) if ($i == "-j" || $i == "-g")
-                         if ($(i+1) ~ /^(KUBE-|CNI-)/ || $(i+1) == guard) next;
-                     print; next }
-            { print }' | iptables-restore -w -T "$table" 2>/dev/null || true
+    # Drop every rule that jumps to or sits in one of the chains, then the chains, in every table of
+    # both families (the kubelet and kube-proxy make their chains for IPv6 too).
+    local family table
+    for family in iptables ip6tables; do
+        for table in filter nat mangle; do
+            "$family-save" -t "$table" 2>/dev/null | awk -v guard="$GUARD" '
+                /^\*/ || /^COMMIT/ { print; next }
+                /^:/ { name = substr($1, 2); if (name ~ /^(KUBE-|CNI-)/ || name == guard) next; print; next }
+                /^-A / { if ($2 ~ /^(KUBE-|CNI-)/ || $2 == guard) next;
+                         for (i = 3; i <= NF; i++) if ($i == "-j" || $i == "-g")
+                             if ($(i+1) ~ /^(KUBE-|CNI-)/ || $(i+1) == guard) next;
+                         print; next }
+                { print }' | "$family-restore" -w -T "$table" 2>/dev/null || true
+        done
     done
     local cg
     for cg in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
