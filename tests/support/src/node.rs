@@ -119,8 +119,9 @@ impl Drop for HostCleanup {
 }
 
 impl Node {
-    /// Starts containerd, kube-controller-manager, kube-scheduler and the kubelet against
-    /// `plane`, and waits until the node is Ready.
+    /// Starts containerd, kube-controller-manager, kube-scheduler, the kubelet and kube-proxy
+    /// against `plane`, points the `kubernetes` Service at it (through a relay on the node's
+    /// address), and waits until the node is Ready.
     ///
     /// Returns `Ok(None)` after printing a SKIP line when the node cannot be prepared here (not
     /// root, a node binary, image or Debian package missing) and `CONCLAVE_REQUIRE_NODE` is
