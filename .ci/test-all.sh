@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Conclave test on a fresh machine: prepares what the tests need (the wasm32-wasip2
-# target, the real Kubernetes control plane built from Go modules, helm built from Go modules),
+# target, the real Kubernetes control plane and node built from Go modules, the node's Debian
+# packages and images, helm built from Go modules),
 # the static controller binary the image is made of (musl-tools from Debian's packages), builds
 # the strategy plugins from source (and one Python and one JavaScript plugin with the registries'
 # toolchains), runs the strategy vectors and the whole test suite.
@@ -9,14 +10,14 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 rustup target add wasm32-wasip2 >/dev/null
-for prepare in .ci/prepare-kube.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh; do
+for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh; do
   if [ -f "$prepare" ]; then bash "$prepare"; fi
 done
 
-# Tests that need the real control plane, kubectl, helm, the conclave binary or the static image
-# binary fail (instead of skipping) when these are missing: this script provides them all, so
-# their absence is a bug.
-export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_KUBECTL=1 CONCLAVE_REQUIRE_BIN=1
+# Tests that need the real control plane, the node, kubectl, helm, the conclave binary or the
+# static image binary fail (instead of skipping) when these are missing: this script provides them
+# all, so their absence is a bug.
+export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_NODE=1 CONCLAVE_REQUIRE_KUBECTL=1 CONCLAVE_REQUIRE_BIN=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
 export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
 

@@ -140,7 +140,13 @@ impl ControlPlane {
 
         let port = free_port()?;
         let server = format!("https://127.0.0.1:{port}");
-        let args = apiserver_args(&dir, etcd_client, port, &ca, &serving, (&sa_key, &sa_pub));
+        let args = apiserver_args(
+            &dir,
+            etcd_client,
+            port,
+            (&ca, &serving, &admin),
+            (&sa_key, &sa_pub),
+        );
         let apiserver = ManagedProcess::spawn(
             "kube-apiserver",
             &binaries.path("kube-apiserver"),
@@ -427,8 +433,7 @@ fn apiserver_args(
     dir: &Path,
     etcd_client: u16,
     port: u16,
-    ca: &Path,
-    serving: &CertFiles,
+    (ca, serving, admin): (&Path, &CertFiles, &CertFiles),
     (sa_key, sa_pub): (&Path, &Path),
 ) -> Vec<String> {
     vec![
@@ -445,7 +450,14 @@ fn apiserver_args(
         format!("--service-account-signing-key-file={}", sa_key.display()),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--endpoint-reconciler-type=none".into(),
-        "--authorization-mode=RBAC".into(),
+        // As a real cluster: a node (crate::Node) acts only on its own objects.
+        "--authorization-mode=Node,RBAC".into(),
+        "--enable-admission-plugins=NodeRestriction".into(),
+        // `kubectl logs` and `exec` through a node's kubelet, which authenticates the apiserver
+        // with the cluster CA and reaches it at the node's InternalIP.
+        format!("--kubelet-client-certificate={}", admin.cert.display()),
+        format!("--kubelet-client-key={}", admin.key.display()),
+        "--kubelet-preferred-address-types=InternalIP".into(),
         "--feature-gates=CoordinatedLeaderElection=true".into(),
         "--runtime-config=coordination.k8s.io/v1beta1=true".into(),
         // The built-in election controller's own lease: quicker hand-over than the 15s/10s/2s

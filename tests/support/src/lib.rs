@@ -17,6 +17,11 @@
 //! pause kube-apiserver and/or etcd (SIGSTOP, then SIGCONT) to inject API faults on the real
 //! server.
 //!
+//! [`Node`] joins a real node to a control plane: containerd and the kubelet (built by
+//! `tests/kube/build.sh`), with kube-controller-manager and kube-scheduler, so that Pods run; it
+//! needs root and Debian's runc, CNI plugins, iptables and podman, and skips (or fails, with
+//! `CONCLAVE_REQUIRE_NODE=1`) without them.
+//!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
 //! is an error instead.
@@ -28,6 +33,7 @@ mod components;
 mod control_plane;
 mod differential;
 mod holder;
+mod node;
 mod pki;
 mod process;
 mod sets;
@@ -45,6 +51,7 @@ pub use differential::{
     wait_builtin_leading,
 };
 pub use holder::BuiltinControllerHold;
+pub use node::{NODE_NAME, NODE_REQUIRE_ENV, Node, PROBE_IMAGE};
 pub use process::ManagedProcess;
 pub use sets::{SeededSets, oldest_emulation_winner};
 pub use stall::{Stall, StallTarget};
@@ -109,6 +116,24 @@ pub enum Error {
         what: String,
         /// How long.
         seconds: u64,
+    },
+    /// The node cannot run on this machine while `CONCLAVE_REQUIRE_NODE` demands it.
+    #[error(
+        "no node: {reason} (CONCLAVE_REQUIRE_NODE is set, so this is an error rather than a skip)"
+    )]
+    NodeUnavailable {
+        /// Why (not root, a binary, image or Debian package missing).
+        reason: String,
+    },
+    /// A step of the node's host set-up (`tests/kube/node/node.sh`, `ctr`) failed.
+    #[error("{what} failed ({status}): {stderr}")]
+    NodeCommand {
+        /// The step.
+        what: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
     },
     /// A caller passed an argument the harness cannot honour.
     #[error("invalid argument: {0}")]

@@ -55,8 +55,9 @@ impl Pki {
         &self.ca_pem
     }
 
-    /// Writes a serving certificate for 127.0.0.1 / localhost (and the in-cluster names) to
-    /// `dir/<name>.crt` and `dir/<name>.key`.
+    /// Writes a serving certificate for 127.0.0.1 / localhost, the in-cluster names and the
+    /// addresses pods reach the API server at on a [`crate::Node`] (the `kubernetes` Service's
+    /// 10.0.0.1, the node's 10.244.0.1) to `dir/<name>.crt` and `dir/<name>.key`.
     pub fn write_serving_cert(&self, dir: &Path, name: &str) -> Result<CertFiles, Error> {
         let mut params = CertificateParams::new(vec![
             "localhost".to_owned(),
@@ -65,9 +66,15 @@ impl Pki {
             "kubernetes.default.svc".to_owned(),
             "kubernetes.default.svc.cluster.local".to_owned(),
         ])?;
-        params
-            .subject_alt_names
-            .push(rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        for ip in [
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 244, 0, 1),
+        ] {
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::IpAddress(IpAddr::V4(ip)));
+        }
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
