@@ -31,8 +31,21 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// How long aborted (leaked) tasks get to unwind before the release is skipped.
+/// How long aborted (leaked) tasks get to unwind before the release is skipped; and how long
+/// before the Lease could expire the tasks of a lost term are aborted, at most (half of what is
+/// left of the Lease when it is lost, if that is less: [`abort_before_expiry`]).
 const ABORT_GRACE: Duration = Duration::from_secs(1);
+
+/// When the tasks of a term whose Lease was lost at `lost_at` are aborted: before `expiry`, by
+/// [`ABORT_GRACE`] or by half of what was left of the Lease when it was lost, whichever is less,
+/// so that they have stopped by the time anyone may lead and still had time to stop on their
+/// own (a 3 s Lease lost at its 2 s renew deadline drains 0.5 s, then is aborted).
+fn abort_before_expiry(expiry: Instant, lost_at: Instant) -> Instant {
+    let left = expiry.saturating_duration_since(lost_at);
+    expiry
+        .checked_sub(ABORT_GRACE.min(left / 2))
+        .unwrap_or(expiry)
+}
 
 /// Capacity of the transition channel; slow subscribers miss the oldest transitions.
 const TRANSITION_BUFFER: usize = 256;
@@ -1165,7 +1178,7 @@ impl Runner {
         let stopped_at = k8s::now();
         let stopped_monotonic = MonotonicTime::now();
         if leaked > 0 {
-            tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, "term tasks still running after the drain timeout; aborted");
+            tracing::error!(lease = %key, term = number, leaked, drain_timeout = ?self.drain_timeout, lost, "term tasks still running when they had to stop (the drain timeout, the Lease about to expire, or named for someone else); aborted");
             self.metrics
                 .tasks_leaked(&key, self.identity(), leaked as u64);
         }
@@ -1236,18 +1249,14 @@ impl Runner {
         mut next_renewal: Instant,
     ) -> (bool, usize, bool) {
         let started = Instant::now();
+        let mut lost_at = lost.then_some(started);
         let drained = term.drained();
         tokio::pin!(drained);
         let finished = loop {
             let expiry = *renewed_at + self.config().lease_duration;
             let mut until = started + self.drain_timeout;
-            if lost {
-                until = until.min(
-                    expiry
-                        .checked_sub(ABORT_GRACE)
-                        .unwrap_or(*renewed_at)
-                        .max(*renewed_at),
-                );
+            if let Some(lost_at) = lost_at {
+                until = until.min(abort_before_expiry(expiry, lost_at));
             }
             if taken {
                 until = started;
@@ -1260,6 +1269,7 @@ impl Runner {
                 () = tokio::time::sleep_until(deadline), if !lost => {
                     tracing::warn!(lease = %self.config().key(), "renew deadline passed while draining; the Lease counts as lost");
                     lost = true;
+                    lost_at = Some(Instant::now());
                 }
                 // Lost, it still looks every retry period (without renewing): a Lease named for
                 // someone else ends the drain at once.
@@ -1267,7 +1277,10 @@ impl Runner {
                     next_renewal = Instant::now() + self.config().retry_period;
                     match self.check(lease, renewed_at, !lost, false).await {
                         Check::Holding | Check::Preempted(_) => {}
-                        Check::Gone => lost = true,
+                        Check::Gone => {
+                            lost = true;
+                            lost_at.get_or_insert_with(Instant::now);
+                        }
                         Check::Taken => {
                             lost = true;
                             taken = true;
