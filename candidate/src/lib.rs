@@ -21,11 +21,12 @@
 //! on" has the same list with what happens when one is broken):
 //! - clock *skew* does not matter: a term is measured on this process's monotonic clock from when
 //!   it sent its last renewal, and the controller measures expiry from when it saw that renewal;
-//! - clock *drift* between this process and the controller stays under 1 s per lease duration:
-//!   tasks still running when the Lease is lost are aborted 1 s before it could expire;
+//! - clock *drift* between this process and the controller stays under the abort grace per
+//!   lease duration: tasks still running when the Lease is lost are aborted that long before it
+//!   could expire (1 s, or half of what was left of the Lease when it was lost if that is less);
 //! - `renew_deadline` < `lease_duration` ([`LeaseConfig::validate`]);
-//! - every task of a [`Term`] reaches an `.await` within 1 s of being aborted: they are aborted
-//!   after the drain timeout, 1 s before the Lease could expire (also when it was deleted), or
+//! - every task of a [`Term`] reaches an `.await` within the abort grace of being aborted: they
+//!   are aborted after the drain timeout, before the Lease could expire (also when it was deleted), or
 //!   at once when the Lease names another holder; tasks that do not stop are reported
 //!   ([`Transition::StoppedLeading`] `leaked_tasks`) and the Lease is left to expire unreleased;
 //! - the process is not paused (SIGSTOP, a VM stall) for longer than what is left of its Lease

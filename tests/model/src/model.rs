@@ -155,14 +155,17 @@ impl Election {
     }
 
     /// When a draining term's tasks have stopped at the latest (`elector.rs` `drain`): aborted
-    /// at the drain timeout; when the Lease counts as lost, `ABORT_GRACE` before it could expire;
-    /// when another holder is named or the Lease is gone, at once.
+    /// at the drain timeout; when the Lease counts as lost, before it could expire by
+    /// `ABORT_GRACE` or half of what was left of it when it was lost, whichever is less
+    /// (`abort_before_expiry`; whole seconds here, so half a second left rounds to none); when
+    /// another holder is named, at once.
     fn tasks_stop_by(&self, renewed_at: Time, since: Time, lost: bool, taken: bool) -> Time {
         let t = &self.timing;
         let mut abort_at = since + t.drain_timeout;
         if lost {
-            abort_at =
-                abort_at.min((renewed_at + t.lease_duration - t.abort_grace).max(renewed_at));
+            let expiry = renewed_at + t.lease_duration;
+            let left = (expiry - since).max(0);
+            abort_at = abort_at.min(expiry - t.abort_grace.min(left / 2));
         }
         if taken {
             abort_at = since;
