@@ -26,8 +26,8 @@
 //!   could expire (1 s, or half of what was left of the Lease when it was lost if that is less);
 //! - `renew_deadline` < `lease_duration` ([`LeaseConfig::validate`]);
 //! - every task of a [`Term`] reaches an `.await` within the abort grace of being aborted: they
-//!   are aborted after the drain timeout, before the Lease could expire (also when it was deleted), or
-//!   at once when the Lease names another holder; tasks that do not stop are reported
+//!   are aborted after the drain timeout, before the Lease could expire (also when it was
+//!   deleted), or at once when the Lease names another holder; tasks that do not stop are reported
 //!   ([`Transition::StoppedLeading`] `leaked_tasks`) and the Lease is left to expire unreleased;
 //! - the process is not paused (SIGSTOP, a VM stall) for longer than what is left of its Lease
 //!   between two checks: Leases do not fence, so work that must never overlap also needs
