@@ -162,15 +162,16 @@ impl Election {
     fn tasks_stop_by(&self, renewed_at: Time, since: Time, lost: bool, taken: bool) -> Time {
         let t = &self.timing;
         let mut abort_at = since + t.drain_timeout;
+        let mut grace = t.abort_grace;
         if lost {
             let expiry = renewed_at + t.lease_duration;
-            let left = (expiry - since).max(0);
-            abort_at = abort_at.min(expiry - t.abort_grace.min(left / 2));
+            grace = grace.min((expiry - since).max(0) / 2);
+            abort_at = abort_at.min(expiry - grace);
         }
         if taken {
             abort_at = since;
         }
-        t.tasks_stopped_by(since, abort_at)
+        t.tasks_stopped_by(since, abort_at, grace)
     }
 
     /// Whether a timer of candidate `id` is due and must fire before time moves on.

@@ -73,10 +73,11 @@ impl Timing {
 
     /// When a draining term's tasks have stopped at the latest, `stop_requested` seconds after
     /// the token was cancelled: within [`Timing::task_stop_within`], or when the elector's abort
-    /// (at `abort_at`) has taken effect.
+    /// (at `abort_at`) has taken effect, `grace` later (the abort grace that abort was timed by:
+    /// the stated assumption is that an aborted task unwinds within it).
     #[must_use]
-    pub fn tasks_stopped_by(&self, stop_requested: i16, abort_at: i16) -> i16 {
-        (stop_requested + self.task_stop_within).min(abort_at + self.abort_grace)
+    pub fn tasks_stopped_by(&self, stop_requested: i16, abort_at: i16, grace: i16) -> i16 {
+        (stop_requested + self.task_stop_within).min(abort_at + grace)
     }
 }
 
