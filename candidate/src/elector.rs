@@ -1228,11 +1228,11 @@ impl Runner {
 
     /// Waits for the term's tasks, renewing the Lease meanwhile (unless it was lost), bounded by
     /// the drain timeout; once the Lease is lost (not renewed by the renew deadline, or deleted),
-    /// the tasks still running are aborted [`ABORT_GRACE`] before anyone could consider it
-    /// expired, so that they have stopped by then; once it is taken (another holder named), at
-    /// once, since someone else may lead already. A deleted Lease is checked again every retry
-    /// period: created again for someone else, it is taken. Returns (still held, leaked tasks,
-    /// all stopped).
+    /// the tasks still running are aborted before anyone could consider it expired
+    /// ([`abort_before_expiry`]), so that they have stopped by then; once it is taken (another
+    /// holder named), at once, since someone else may lead already. A deleted Lease is checked
+    /// again every retry period: created again for someone else, it is taken. Returns (still
+    /// held, leaked tasks, all stopped).
     ///
     /// Aborting only at the expiry let a task that does not yield overlap the next leader, which
     /// the controller writes within milliseconds of the expiry, by up to the grace; and a term
@@ -1244,7 +1244,7 @@ impl Runner {
         term: &Term,
         lease: &mut Lease,
         renewed_at: &mut Instant,
-        mut lost: bool,
+        lost: bool,
         mut taken: bool,
         mut next_renewal: Instant,
     ) -> (bool, usize, bool) {
@@ -1266,37 +1266,36 @@ impl Runner {
                 biased;
                 () = &mut drained => break true,
                 () = tokio::time::sleep_until(until) => break false,
-                () = tokio::time::sleep_until(deadline), if !lost => {
+                () = tokio::time::sleep_until(deadline), if lost_at.is_none() => {
                     tracing::warn!(lease = %self.config().key(), "renew deadline passed while draining; the Lease counts as lost");
-                    lost = true;
                     lost_at = Some(Instant::now());
                 }
                 // Lost, it still looks every retry period (without renewing): a Lease named for
                 // someone else ends the drain at once.
                 () = tokio::time::sleep_until(next_renewal), if !taken => {
                     next_renewal = Instant::now() + self.config().retry_period;
-                    match self.check(lease, renewed_at, !lost, false).await {
+                    match self.check(lease, renewed_at, lost_at.is_none(), false).await {
                         Check::Holding | Check::Preempted(_) => {}
                         Check::Gone => {
-                            lost = true;
                             lost_at.get_or_insert_with(Instant::now);
                         }
                         Check::Taken => {
-                            lost = true;
+                            lost_at.get_or_insert_with(Instant::now);
                             taken = true;
                         }
                     }
                 }
             }
         };
+        let still_held = lost_at.is_none();
         if finished {
-            return (!lost, 0, true);
+            return (still_held, 0, true);
         }
         let leaked = term.abort_running();
         let stopped = tokio::time::timeout(ABORT_GRACE, term.drained())
             .await
             .is_ok();
-        (!lost, leaked, stopped)
+        (still_held, leaked, stopped)
     }
 
     /// Reads the Lease and renews it if due. With `watch_preemption`, a `preferredHolder` naming
