@@ -56,9 +56,10 @@ pub struct RunArgs {
     /// namespace (its service account's), else `kube-system`, which every cluster has.
     #[arg(long, env = "POD_NAMESPACE")]
     pub controller_namespace: Option<String>,
-    /// This replica's identity; default: the hostname plus a random suffix (in a pod, POD_NAME
-    /// sets this flag).
-    #[arg(long, env = "POD_NAME")]
+    /// This replica's identity; default: `$POD_NAME` (in a pod), else the hostname, plus a
+    /// random suffix drawn once per process, so that a container the kubelet restarts never
+    /// inherits its predecessor's leadership.
+    #[arg(long, env = "CONCLAVE_IDENTITY")]
     pub identity: Option<String>,
     /// `leaseDurationSeconds` written into Leases Conclave assigns (upstream: 5). It only bounds
     /// how long a newly elected holder has to start renewing (its renewals write its own duration),

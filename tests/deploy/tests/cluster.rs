@@ -433,28 +433,6 @@ async fn chart_service_account_may_do_exactly_what_the_controller_needs() {
         .expect("reading its own HA Lease as the ServiceAccount");
 }
 
-/// The `conclave` binary built by `cargo build -p conclave` (.ci/test-all.sh builds it before
-/// the workspace tests), or `$CONCLAVE_BIN`.
-fn locate_conclave() -> Option<PathBuf> {
-    let path = std::env::var_os("CONCLAVE_BIN")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| conclave_deploy_tests::repo_root().join("target/debug/conclave"));
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        !conclave_deploy_tests::tools_required(),
-        "{} not found: run `cargo build -p conclave` first (CONCLAVE_REQUIRE_KUBE is set)",
-        path.display()
-    );
-    eprintln!(
-        "SKIP: {} not found (cargo build -p conclave)",
-        path.display()
-    );
-    None
-}
-
 /// GET `path` from `127.0.0.1:port` over plain HTTP/1.0; the body, if the answer is 200.
 async fn http_get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -617,7 +595,7 @@ async fn controller_elects_with_only_the_chart_rbac() {
     let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
         return;
     };
-    let Some(conclave) = locate_conclave() else {
+    let Some(conclave) = conclave_deploy_tests::locate_conclave() else {
         return;
     };
     let Some((plane, admin, _hold)) = plane_with_builtin_held().await else {
@@ -746,7 +724,7 @@ async fn controller_elects_with_namespaced_chart_rbac() {
     let Some(kubectl_bin) = locate_kubectl().expect("locating kubectl") else {
         return;
     };
-    let Some(conclave) = locate_conclave() else {
+    let Some(conclave) = conclave_deploy_tests::locate_conclave() else {
         return;
     };
     let Some((plane, admin, _hold)) = plane_with_builtin_held().await else {
@@ -1100,7 +1078,7 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
     .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
     assert_eq!(process_uid, uid.to_string());
 
-    // Its own HA Lease, under its pod name, in the pod's namespace.
+    // Its own HA Lease, under its pod name and a per-process suffix, in the pod's namespace.
     let own: Api<Lease> = Api::namespaced(admin.clone(), RELEASE_NAMESPACE);
     wait_for("the pod to take its HA Lease", ELECTION_TIMEOUT, || async {
         replica.assert_running();
@@ -1109,7 +1087,11 @@ async fn the_image_runs_the_chart_pod_in_cluster() {
             .await?
             .and_then(|l| l.spec)
             .and_then(|s| s.holder_identity)
-            .filter(|holder| *holder == pod_name))
+            .filter(|holder| {
+                holder
+                    .strip_prefix(pod_name.as_str())
+                    .is_some_and(|suffix| suffix.starts_with('-') && suffix.len() == 9)
+            }))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", replica.tail()));
