@@ -7,7 +7,9 @@
 #                              kube-controller-manager, kube-scheduler, containerd, the kubelet and
 #                              kube-proxy, and prints DIR/kubeconfig (admin) once the node is Ready
 #   cluster.sh load DIR IMAGE  copies IMAGE from the local podman store into the node's containerd
-#                              (namespace k8s.io); pods use it with imagePullPolicy IfNotPresent/Never
+#                              (namespace k8s.io) under its name and as REPO@DIGEST (printed, to
+#                              pin it); pods use it with imagePullPolicy IfNotPresent/Never
+#   cluster.sh digest DIR IMAGE prints the digest (sha256:...) the node has for IMAGE, to pin it
 #   cluster.sh down DIR        stops everything `up` started and cleans up the host (mounts, bridge,
 #                              iptables chains, cgroups, sysctls); DIR itself stays, with the logs
 #
@@ -206,7 +208,12 @@ load() {
     podman ${CONCLAVE_PODMAN_FLAGS:-} save -q --format docker-archive -o "$tar" "$image"
     bash "$node_sh" import "$dir/node" "$bin/ctr" "$tar"
     rm -f "$tar"
-    say "loaded $image into the node"
+    say "loaded $image into the node; pinned by digest it is ${image%:*}@$(digest "$image")"
+}
+
+digest() {
+    [[ -S $dir/node/containerd.sock ]] || die "no node runs in $dir (cluster.sh up $dir first)"
+    bash "$node_sh" digest "$dir/node" "$bin/ctr" "$1"
 }
 
 down() {
@@ -230,10 +237,12 @@ down() {
 
 cmd=${1:-}
 dir=${2:-}
-[[ -n $cmd && -n $dir ]] || die "usage: cluster.sh up DIR | load DIR IMAGE | down DIR"
+usage="usage: cluster.sh up DIR | load DIR IMAGE | digest DIR IMAGE | down DIR"
+[[ -n $cmd && -n $dir ]] || die "$usage"
 case $cmd in
 up) up ;;
 load) dir=$(cd "$dir" && pwd); load "${3:?IMAGE}" ;;
+digest) dir=$(cd "$dir" && pwd); digest "${3:?IMAGE}" ;;
 down) dir=$(cd "$dir" && pwd); down ;;
-*) die "usage: cluster.sh up DIR | load DIR IMAGE | down DIR" ;;
+*) die "$usage" ;;
 esac

@@ -162,6 +162,28 @@ pub fn locate_helm() -> Result<Option<PathBuf>, Error> {
     Ok(None)
 }
 
+/// The `conclave` binary built by `cargo build -p conclave` (.ci/test-all.sh builds it before
+/// the workspace tests), or `$CONCLAVE_BIN`.
+pub fn locate_conclave() -> Option<PathBuf> {
+    let path = std::env::var_os("CONCLAVE_BIN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/debug/conclave"));
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        !tools_required(),
+        "{} not found: run `cargo build -p conclave` first (CONCLAVE_REQUIRE_KUBE is set)",
+        path.display()
+    );
+    eprintln!(
+        "SKIP: {} not found (cargo build -p conclave)",
+        path.display()
+    );
+    None
+}
+
 /// Finds a kubectl that works with the test control plane: `$KUBECTL`, else the first of
 /// a fixed list of installed clients (see the crate source for why the dispatcher is last).
 ///

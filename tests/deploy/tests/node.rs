@@ -1,25 +1,52 @@
 //! The chart on a real node: `helm install` of deploy/helm/conclave, the image built by
 //! deploy/build-image.sh imported into the node's containerd, and Kubernetes itself scheduling,
-//! starting and probing the replicas. What an operator's first install relies on: both replicas
-//! Ready through the chart's own probes, exactly one active, the PodDisruptionBudget counting
-//! them, and the securityContext in force in the running containers.
+//! starting, probing, restarting and evicting the replicas. What an operator's first install
+//! relies on: both replicas Ready through the chart's own probes, exactly one active, the
+//! PodDisruptionBudget counting them, the securityContext in force in the running containers,
+//! plugins shipped in the chart's ConfigMap or as an image volume electing a Lease, and the
+//! failures a real node brings (a killed container, a deleted pod, evictions). The README's quick
+//! start runs here as written.
+//!
+//! The tests of this file take turns: each needs the machine's one node.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use conclave_deploy_tests::image::{NONROOT, locate_image};
-use conclave_deploy_tests::{FULL_NAME, RELEASE_NAMESPACE, chart_path, locate_helm, run};
-use conclave_testkit::{ControlPlane, Node, wait_for};
+use conclave_deploy_tests::{
+    FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
+    locate_kubectl, repo_root, run, run_with_env,
+};
+use conclave_testkit::wasm_build::build_plugins;
+use conclave_testkit::{CandidateResponder, ControlPlane, Node, lease_candidate, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::Api;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, EvictParams, ListParams};
+use kube::{Api, Client};
+
+/// The tests here take turns on the machine's one node (`cluster.sh up` refuses to start while
+/// another node runs, where the testkit's node would wait).
+static NODE_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Generous: two controller pods start, compile their plugins and sync their caches on a busy
 /// 2-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long an election through the plugin may take: at once, or after the first holder's
+/// Lease expires (the chart's controller writes 15 s Leases) and the next is pinged.
+const ELECTION_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a drill looks at the replicas, so that its figure is precise to about this.
+const DRILL_POLL: Duration = Duration::from_millis(50);
+/// The namespace and name of the Lease elected through the priority plugin.
+const ELECTION_NAMESPACE: &str = "default";
+const ELECTION_LEASE: &str = "priority-demo";
+/// The annotation `conclave.dev/priority` reads.
+const PRIORITY_ANNOTATION: &str = "coordination.conclave.dev/priority";
+/// The README's quick start works in this directory (its lines name it).
+const QUICK_START_DIR: &str = "/tmp/conclave-cluster";
 
 /// `GET http://ip:port/path`; the body of a 200 answer.
 async fn http_get(ip: IpAddr, port: u16, path: &str) -> Option<String> {
@@ -41,12 +68,282 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// One controller pod as the drills see it.
+#[derive(Clone, Debug)]
+struct Replica {
+    name: String,
+    container_id: Option<String>,
+    restarts: i32,
+    /// `ok: active`, `ok: standby`, or empty when `/readyz` does not answer 200.
+    role: String,
+}
+
+/// The chart's controller pods now (not being deleted), each with what its `/readyz` says.
+async fn replicas(pods: &Api<Pod>) -> Result<Vec<Replica>, conclave_testkit::Error> {
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={FULL_NAME}")))
+        .await?;
+    let mut found = Vec::new();
+    for pod in listed.items {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let status = pod.status.unwrap_or_default();
+        let container = status
+            .container_statuses
+            .unwrap_or_default()
+            .into_iter()
+            .next();
+        let role = match status.pod_ip.as_deref().map(str::parse::<IpAddr>) {
+            Some(Ok(ip)) => http_get(ip, 9090, "/readyz").await.unwrap_or_default(),
+            _ => String::new(),
+        };
+        found.push(Replica {
+            name: pod.metadata.name.unwrap_or_default(),
+            container_id: container.as_ref().and_then(|c| c.container_id.clone()),
+            restarts: container.map_or(0, |c| c.restart_count),
+            role: role.trim().to_owned(),
+        });
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(found)
+}
+
+/// Waits until exactly two replicas answer, one `ok: active` and one `ok: standby`; returns
+/// (active, standby).
+async fn one_active_one_standby(pods: &Api<Pod>) -> (Replica, Replica) {
+    wait_for(
+        "one active and one standby replica",
+        READY_TIMEOUT,
+        || async {
+            let now = replicas(pods).await?;
+            let active: Vec<_> = now.iter().filter(|r| r.role == "ok: active").collect();
+            let standby: Vec<_> = now.iter().filter(|r| r.role == "ok: standby").collect();
+            Ok((now.len() == 2 && active.len() == 1 && standby.len() == 1)
+                .then(|| (active[0].clone(), standby[0].clone())))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Polls until `replica` reports `ok: active`; the time that took from `since`.
+async fn until_active(pods: &Api<Pod>, replica: &str, since: Instant) -> Duration {
+    let deadline = since + READY_TIMEOUT;
+    loop {
+        let now = replicas(pods).await.unwrap_or_default();
+        if now
+            .iter()
+            .any(|r| r.name == replica && r.role == "ok: active")
+        {
+            return since.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{replica} did not become active: {now:#?}"
+        );
+        tokio::time::sleep(DRILL_POLL).await;
+    }
+}
+
+/// Records every holder of the controller's own Lease, in order, until dropped.
+struct HolderLog {
+    seen: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HolderLog {
+    fn start(client: Client) -> Self {
+        let leases: Api<Lease> = Api::namespaced(client, RELEASE_NAMESPACE);
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let record = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(lease) = leases.get(HA_LEASE).await {
+                    let holder = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .unwrap_or_default();
+                    let mut seen = record.lock().unwrap();
+                    if seen.last() != Some(&holder) {
+                        seen.push(holder);
+                    }
+                }
+                tokio::time::sleep(DRILL_POLL).await;
+            }
+        });
+        Self { seen, task }
+    }
+
+    fn holders(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HolderLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The identity a replica's elector uses: its pod name, possibly with a per-process suffix.
+fn is_identity_of(identity: &str, pod: &str) -> bool {
+    identity == pod
+        || identity
+            .strip_prefix(pod)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Registers two live candidates of `conclave.dev/priority` for one Lease, `low` (priority 10,
+/// the older emulation version: `OldestEmulationVersion` would pick it) and `high` (priority
+/// 20), and waits until the controller made `high` the holder: only the plugin picks it.
+async fn elect_through_the_priority_plugin(client: &Client) -> Vec<CandidateResponder> {
+    let mut responders = Vec::new();
+    for (name, priority, emulation) in [("low", "10", "1.36.0"), ("high", "20", "1.37.0")] {
+        let mut candidate = lease_candidate(
+            ELECTION_NAMESPACE,
+            name,
+            ELECTION_LEASE,
+            "1.37.0",
+            Some(emulation),
+            "conclave.dev/priority",
+        );
+        candidate.metadata.annotations =
+            Some([(PRIORITY_ANNOTATION.to_owned(), priority.to_owned())].into());
+        responders.push(
+            CandidateResponder::register(client.clone(), candidate)
+                .await
+                .expect("registering a candidate"),
+        );
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ELECTION_NAMESPACE);
+    let spec = wait_for(
+        "the priority plugin's winner holds the Lease",
+        ELECTION_TIMEOUT,
+        || {
+            let leases = leases.clone();
+            async move {
+                let spec = leases.get_opt(ELECTION_LEASE).await?.and_then(|l| l.spec);
+                Ok(spec.filter(|s| s.holder_identity.as_deref() == Some("high")))
+            }
+        },
+    )
+    .await
+    .expect("elected through the plugin");
+    assert_eq!(spec.strategy.as_deref(), Some("conclave.dev/priority"));
+    responders
+}
+
+/// `kubectl conclave status -A` (the binary on PATH as `kubectl-conclave`, as krew installs it)
+/// names the Lease, its strategy and its holder, and predicts the same winner with the plugins.
+fn assert_status_shows_the_election(kubectl: &Path, kubeconfig: &Path, plugins: &Path) {
+    let Some(conclave) = locate_conclave() else {
+        return;
+    };
+    let bin = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(&conclave, bin.path().join("kubectl-conclave")).expect("symlink");
+    let path = std::env::join_paths(std::iter::once(bin.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH");
+    let plugins = plugins.to_string_lossy().into_owned();
+    let out = run_with_env(
+        kubectl,
+        &["conclave", "status", "-A", "--plugins", &plugins],
+        None,
+        &[("KUBECONFIG", kubeconfig), ("PATH", Path::new(&path))],
+    )
+    .expect("kubectl conclave status");
+    out.assert_success();
+    eprintln!("kubectl conclave status -A:\n{}", out.stdout);
+    let lease = format!("{ELECTION_NAMESPACE}/{ELECTION_LEASE}");
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&lease))
+        .unwrap_or_else(|| panic!("no row for {lease}:\n{}", out.stdout));
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns[1], "conclave.dev/priority", "{row}");
+    assert_eq!(columns[2], "high", "{row}");
+    assert!(row.contains("high"), "predicts high: {row}");
+}
+
+/// `kubectl logs` of `pod` shows the write that made `high` the holder of the Lease.
+fn assert_logs_show_the_election(kubectl: &Path, kubeconfig: &Path, pod: &str) {
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let out = run(
+        kubectl,
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "logs",
+            "-n",
+            RELEASE_NAMESPACE,
+            pod,
+        ],
+        None,
+    )
+    .expect("kubectl logs");
+    out.assert_success();
+    let lease = format!("\"lease\":\"{ELECTION_NAMESPACE}/{ELECTION_LEASE}\"");
+    let written = out
+        .stdout
+        .lines()
+        .find(|l| {
+            l.contains("\"Lease written\"")
+                && l.contains("\"winner\":\"high\"")
+                && l.contains(&lease)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no election of {lease} in the log of {pod}:\n{}",
+                out.stdout
+            )
+        });
+    eprintln!("kubectl logs {pod}: {written}");
+}
+
+/// The chart installed from `chart`'s ConfigMap plugins, its replicas Ready, one active.
+async fn wait_deployment_ready(client: &Client) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let ready = wait_for("both replicas Ready", READY_TIMEOUT, || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get(FULL_NAME).await?;
+            let ready = d.status.as_ref().and_then(|s| s.ready_replicas) == Some(2);
+            Ok(ready.then_some(()))
+        }
+    })
+    .await;
+    if let Err(e) = ready {
+        let listed = pods.list(&ListParams::default()).await;
+        let statuses = listed.map(|l| l.items.into_iter().map(|p| p.status).collect::<Vec<_>>());
+        panic!("{e}\npods: {statuses:#?}");
+    }
+}
+
+/// Base64 and hex SHA-256 of a file, as an operator computes them for the chart's values.
+fn base64_and_sha256(file: &Path) -> (String, String) {
+    let file = file.to_string_lossy().into_owned();
+    let base64 = run(Path::new("base64"), &["-w0", &file], None).expect("base64");
+    base64.assert_success();
+    let sha256 = run(Path::new("sha256sum"), &[&file], None).expect("sha256sum");
+    sha256.assert_success();
+    let digest = sha256.stdout.split_whitespace().next().expect("a digest");
+    (base64.stdout.trim().to_owned(), digest.to_owned())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
+    let _turn = NODE_TESTS.lock().await;
     let Some(image) = locate_image().expect("locating the image") else {
         return;
     };
     let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let Some(kubectl) = locate_kubectl().expect("locating kubectl") else {
         return;
     };
     let Some(plane) = ControlPlane::start().await.expect("control plane") else {
@@ -75,6 +372,10 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     node.import_image(archive.path())
         .expect("importing the image");
 
+    // The beta plugin conclave.dev/priority, shipped in the chart's ConfigMap.
+    let plugins = build_plugins(&["priority"]);
+    let (wasm_base64, wasm_sha256) = base64_and_sha256(&plugins.join("priority.wasm"));
+
     let (repository, tag) = image
         .reference
         .rsplit_once(':')
@@ -101,6 +402,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
             // One node: the default (hard) anti-affinity would leave the second replica Pending.
             "--set",
             "podAntiAffinity=soft",
+            "--set",
+            "plugins.source=configMap",
+            "--set",
+            "plugins.configMap.items[0].name=priority",
+            "--set-string",
+            &format!("plugins.configMap.items[0].wasm={wasm_base64}"),
+            "--set",
+            &format!("plugins.configMap.items[0].sha256={wasm_sha256}"),
         ],
         None,
     )
@@ -108,73 +417,13 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     .assert_success();
 
     let client = plane.client().await.expect("client");
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let describe = || async {
-        let pods = Api::<Pod>::namespaced(plane.client().await.unwrap(), RELEASE_NAMESPACE);
-        let listed = pods.list(&ListParams::default()).await;
-        format!(
-            "{:#?}",
-            listed.map(|l| l.items.into_iter().map(|p| p.status).collect::<Vec<_>>())
-        )
-    };
-    let ready = wait_for("both replicas Ready", READY_TIMEOUT, || {
-        let deployments = deployments.clone();
-        async move {
-            let d = deployments.get(FULL_NAME).await?;
-            let ready = d.status.as_ref().and_then(|s| s.ready_replicas) == Some(2);
-            Ok(ready.then_some(d))
-        }
-    })
-    .await;
-    if let Err(e) = ready {
-        panic!("{e}\npods: {}", describe().await);
-    }
-
-    let deployment = deployments.get(FULL_NAME).await.expect("deployment");
-    let selector = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.match_labels.as_ref())
-        .expect("the chart's selector")
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let replicas = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .expect("the chart's pods")
-        .items;
-    assert_eq!(replicas.len(), 2, "{replicas:#?}");
-
-    // Exactly one active, the other standby, each as its own /readyz says.
-    let roles = wait_for("one active and one standby replica", READY_TIMEOUT, || {
-        let replicas = replicas.clone();
-        async move {
-            let mut roles = BTreeMap::new();
-            for pod in &replicas {
-                let ip: IpAddr = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_deref())
-                    .expect("a Ready pod has an IP")
-                    .parse()
-                    .expect("an IP address");
-                let body = http_get(ip, 9090, "/readyz").await.unwrap_or_default();
-                roles.insert(pod.metadata.name.clone().unwrap(), body.trim().to_owned());
-            }
-            let mut values: Vec<&str> = roles.values().map(String::as_str).collect();
-            values.sort_unstable();
-            Ok((values == ["ok: active", "ok: standby"]).then_some(roles))
-        }
-    })
-    .await
-    .expect("one active replica");
-    eprintln!("roles: {roles:?}");
+    wait_deployment_ready(&client).await;
+    let (active, standby) = one_active_one_standby(&pods).await;
+    eprintln!("active: {}, standby: {}", active.name, standby.name);
 
     // The PodDisruptionBudget counts both replicas and allows one disruption.
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client, RELEASE_NAMESPACE);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     let budget = wait_for("the PodDisruptionBudget's status", READY_TIMEOUT, || {
         let budgets = budgets.clone();
         async move {
@@ -188,14 +437,12 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     assert_eq!(budget.disruptions_allowed, 1, "{budget:?}");
 
     // The securityContext, read from the running containers' processes.
-    for pod in &replicas {
-        let id = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c[0].container_id.clone())
+    for replica in [&active, &standby] {
+        let id = replica
+            .container_id
+            .as_deref()
             .expect("a running container");
-        let pid = node.container_pid(&id).expect("the container's pid");
+        let pid = node.container_pid(id).expect("the container's pid");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         let uids: Vec<&str> = status_field(&status, "Uid")
             .expect("Uid")
@@ -224,4 +471,233 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
             "read-only root file system: {root:?}"
         );
     }
+
+    // A Lease elected through the plugin from the ConfigMap, seen by the operator's tools.
+    let _candidates = elect_through_the_priority_plugin(&client).await;
+    assert_status_shows_the_election(&kubectl, plane.kubeconfig_path(), &plugins);
+    assert_logs_show_the_election(&kubectl, plane.kubeconfig_path(), &active.name);
+
+    // Drill: SIGKILL of the active replica's container. The kubelet restarts it; the standby
+    // takes over once the killed replica's Lease expires, and the Lease never goes back to the
+    // killed replica's identity after that.
+    let holders = HolderLog::start(client.clone());
+    let killed_at = Instant::now();
+    node.kill_container(active.container_id.as_deref().expect("a container"))
+        .expect("killing the active container");
+    let took_over = until_active(&pods, &standby.name, killed_at).await;
+    eprintln!(
+        "drill: SIGKILL of the active controller's container -> standby {} active after {:.2} s",
+        standby.name,
+        took_over.as_secs_f64()
+    );
+    let restarted = wait_for(
+        "the killed replica restarted, as a standby",
+        READY_TIMEOUT,
+        || {
+            let pods = pods.clone();
+            let name = active.name.clone();
+            async move {
+                let now = replicas(&pods).await?;
+                Ok(now.into_iter().find(|r| {
+                    r.name == name && r.restarts > active.restarts && r.role == "ok: standby"
+                }))
+            }
+        },
+    )
+    .await
+    .expect("the killed replica back");
+    let seen = holders.holders();
+    let first_standby = seen
+        .iter()
+        .position(|h| is_identity_of(h, &standby.name))
+        .unwrap_or_else(|| panic!("the standby never held the Lease: {seen:?}"));
+    assert!(
+        seen[first_standby..]
+            .iter()
+            .all(|h| !is_identity_of(h, &active.name)),
+        "the killed replica held the Lease after the standby took it: {seen:?}"
+    );
+    drop(holders);
+    eprintln!(
+        "the killed replica {} restarted ({} restarts) as a standby",
+        restarted.name, restarted.restarts
+    );
+
+    // Drill: `kubectl delete pod` of the active replica. It releases its Lease on SIGTERM, so the
+    // standby is active long before that Lease would have expired.
+    let (active, standby) = one_active_one_standby(&pods).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let held = leases.get(HA_LEASE).await.expect("the controller's Lease");
+    let held = held.spec.expect("a spec");
+    let expiry =
+        jiff::SignedDuration::from_secs(i64::from(held.lease_duration_seconds.unwrap_or(15)));
+    let deleted_at = Instant::now();
+    pods.delete(&active.name, &DeleteParams::default())
+        .await
+        .expect("deleting the active pod");
+    let took_over = until_active(&pods, &standby.name, deleted_at).await;
+    eprintln!(
+        "drill: delete of the active controller's pod -> standby {} active after {:.2} s",
+        standby.name,
+        took_over.as_secs_f64()
+    );
+    let now_held = leases.get(HA_LEASE).await.expect("the controller's Lease");
+    let now_held = now_held.spec.expect("a spec");
+    let acquired = now_held.acquire_time.expect("an acquire time").0;
+    let renewed = held.renew_time.expect("a renew time").0;
+    assert!(
+        acquired < renewed + expiry,
+        "the standby acquired at {acquired}, not before the deleted replica's Lease expired \
+         ({renewed} + {expiry}): no graceful release"
+    );
+
+    // Drill: evictions through the Eviction API. The PodDisruptionBudget lets one replica go and
+    // refuses the second while the first is not replaced.
+    wait_deployment_ready(&client).await;
+    let (first, second) = one_active_one_standby(&pods).await;
+    pods.evict(&first.name, &EvictParams::default())
+        .await
+        .expect("the first eviction is allowed");
+    match pods.evict(&second.name, &EvictParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 429, "{status:?}"),
+        other => panic!("the second eviction was not refused by the budget: {other:?}"),
+    }
+    wait_deployment_ready(&client).await;
+    let (active, standby) = one_active_one_standby(&pods).await;
+    eprintln!(
+        "drill: evictions -> the budget refused the second; now active {}, standby {}",
+        active.name, standby.name
+    );
+}
+
+/// Guard for the README's quick-start cluster: stops it and removes its directory when dropped.
+struct QuickStartCluster;
+
+impl QuickStartCluster {
+    fn down() {
+        let dir = Path::new(QUICK_START_DIR);
+        if dir.join("pids").exists() {
+            let script = repo_root().join("tests/kube/cluster.sh");
+            let out = run(
+                Path::new("bash"),
+                &[&script.to_string_lossy(), "down", QUICK_START_DIR],
+                None,
+            );
+            if let Ok(out) = out
+                && !out.success()
+            {
+                eprintln!("cluster.sh down: {}", out.stderr);
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+impl Drop for QuickStartCluster {
+    fn drop(&mut self) {
+        Self::down();
+    }
+}
+
+/// The shell block right after the README's "### Try it on one machine" heading.
+fn readme_quick_start() -> String {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let section = readme
+        .split_once("### Try it on one machine")
+        .expect("the README's quick start")
+        .1;
+    let block = section
+        .split_once("```sh\n")
+        .expect("a shell block")
+        .1
+        .split_once("```")
+        .expect("the end of the block")
+        .0;
+    block.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_quick_start_runs_as_written_and_elects_through_an_image_volume_plugin() {
+    let _turn = NODE_TESTS.lock().await;
+    let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let Some(kubectl) = locate_kubectl().expect("locating kubectl") else {
+        return;
+    };
+    // What the README's lines need on this machine; the same checks as the testkit's node.
+    let Some(_image) = locate_image().expect("podman") else {
+        return;
+    };
+    let Some(plane) = ControlPlane::start()
+        .await
+        .expect("checking the control plane")
+    else {
+        return;
+    };
+    drop(plane);
+
+    QuickStartCluster::down();
+    let _cluster = QuickStartCluster;
+    let block = readme_quick_start();
+    // helm and kubectl as the README's reader has them: on PATH.
+    let tools = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(&helm, tools.path().join("helm")).expect("symlink helm");
+    std::os::unix::fs::symlink(&kubectl, tools.path().join("kubectl")).expect("symlink kubectl");
+    let path: PathBuf = std::env::join_paths(std::iter::once(tools.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH")
+    .into();
+    let started = Instant::now();
+    // A fresh shell's environment: nothing of the test build's cargo settings.
+    let script = format!(
+        "set -euo pipefail\nunset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTFLAGS \
+         CARGO_ENCODED_RUSTFLAGS\ncd {}\n{block}",
+        repo_root().display()
+    );
+    let out = run_with_env(
+        Path::new("bash"),
+        &["-c", &script],
+        None,
+        &[("PATH", &path)],
+    )
+    .expect("running the quick start");
+    assert!(
+        out.success(),
+        "the README's quick start failed:\n{block}\nstdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    eprintln!(
+        "the README's quick start ran in {:.0} s:\n{}",
+        started.elapsed().as_secs_f64(),
+        out.stderr
+    );
+
+    let kubeconfig = Path::new(QUICK_START_DIR).join("kubeconfig");
+    let client = conclave_deploy_tests::client_from_kubeconfig(&kubeconfig)
+        .await
+        .expect("the quick start's kubeconfig");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let (active, _standby) = one_active_one_standby(&pods).await;
+    let _candidates = elect_through_the_priority_plugin(&client).await;
+    let plugins = repo_root().join("target/wasm/wasm32-wasip2/release");
+    assert_status_shows_the_election(&kubectl, &kubeconfig, &plugins);
+    assert_logs_show_the_election(&kubectl, &kubeconfig, &active.name);
+    let listed = run(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "get",
+            "pods",
+            "-A",
+            "-o",
+            "wide",
+        ],
+        None,
+    )
+    .expect("kubectl get pods");
+    eprintln!("kubectl get pods -A -o wide:\n{}", listed.stdout);
 }

@@ -9,7 +9,10 @@
 #   node.sh setup DIR              sysctls, the bridge, a FORWARD guard, and the configuration files
 #                                  (containerd.toml, kubelet.yaml, cni/) written into DIR; prints
 #                                  the node's IP address
-#   node.sh import DIR CTR TAR     imports an image archive into containerd's k8s.io namespace
+#   node.sh import DIR CTR TAR     imports an image archive into containerd's k8s.io namespace, and
+#                                  names every image REPO:TAG there also REPO@DIGEST, as a pull from
+#                                  a registry would: pods pinning an image by digest find it
+#   node.sh digest DIR CTR NAME    prints the digest (sha256:...) containerd has for image NAME
 #   node.sh cleanup DIR            kills the pods' processes and shims, unmounts, deletes the bridge,
 #                                  the iptables chains and the cgroups the node made; idempotent
 #
@@ -116,6 +119,22 @@ import() {
         echo "$out" >&2
         die "cannot import $tar"
     fi
+    # Without a registry, containerd knows the imported images only by the names in the archive,
+    # and the kubelet asks for REPO@DIGEST when a pod pins one (an image volume always should).
+    local ref type digest
+    while read -r ref type digest _; do
+        [[ $ref == *@* || $ref == sha256:* || $ref != *:* ]] && continue
+        "$ctr" --address "$dir/containerd.sock" -n k8s.io images tag --force \
+            "$ref" "${ref%:*}@$digest" >/dev/null 2>&1 || die "cannot name $ref by its digest"
+    done < <("$ctr" --address "$dir/containerd.sock" -n k8s.io images ls 2>/dev/null | tail -n +2)
+}
+
+digest() {
+    local dir=$1 ctr=$2 name=$3 found
+    found=$("$ctr" --address "$dir/containerd.sock" -n k8s.io images ls "name==$name" 2>/dev/null \
+        | awk 'NR > 1 { print $3 }')
+    [[ $found == sha256:* ]] || die "containerd in $dir has no image $name"
+    echo "$found"
 }
 
 # Every pid in the kubelet's pod cgroups (all v1 hierarchies, and the unified one).
@@ -200,6 +219,7 @@ case $cmd in
 prepare) prepare "${2:?BIN_DIR}" ;;
 setup) setup "${2:?DIR}" ;;
 import) import "${2:?DIR}" "${3:?CTR}" "${4:?TAR}" ;;
+digest) digest "${2:?DIR}" "${3:?CTR}" "${4:?NAME}" ;;
 cleanup) cleanup "${2:?DIR}" ;;
-*) die "usage: node.sh prepare BIN_DIR | setup DIR | import DIR CTR TAR | cleanup DIR" ;;
+*) die "usage: node.sh prepare BIN_DIR | setup DIR | import DIR CTR TAR | digest DIR CTR NAME | cleanup DIR" ;;
 esac

@@ -119,6 +119,17 @@ impl Drop for HostCleanup {
 }
 
 impl Node {
+    /// Whether a node can run on this machine (root, the control plane's and the node's binaries,
+    /// images and Debian packages), for tests that start one through `tests/kube/cluster.sh` as a
+    /// person would. `Ok(false)` after printing a SKIP line; with `CONCLAVE_REQUIRE_NODE` set, an
+    /// error instead.
+    pub fn available() -> Result<bool, Error> {
+        let Some(binaries) = Binaries::locate()? else {
+            return Ok(false);
+        };
+        can_run(&binaries, &workspace_root().join("tests/kube/node/node.sh"))
+    }
+
     /// Starts containerd, kube-controller-manager, kube-scheduler, the kubelet and kube-proxy
     /// against `plane`, points the `kubernetes` Service at it (through a relay on the node's
     /// address), and waits until the node is Ready.
@@ -129,11 +140,7 @@ impl Node {
     pub async fn start(plane: &ControlPlane) -> Result<Option<Self>, Error> {
         let binaries = plane.binaries().clone();
         let node_sh = workspace_root().join("tests/kube/node/node.sh");
-        if let Some(reason) = unavailable(&binaries, &node_sh) {
-            if required() {
-                return Err(Error::NodeUnavailable { reason });
-            }
-            eprintln!("SKIP: no node: {reason} (set {NODE_REQUIRE_ENV}=1 to make this a failure)");
+        if !can_run(&binaries, &node_sh)? {
             return Ok(None);
         }
         let lock = tokio::task::spawn_blocking(lock_machine)
@@ -604,6 +611,19 @@ fn lock_machine() -> Result<File, Error> {
             said = true;
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `Ok(true)` when a node can run with `binaries`; else a SKIP line and `Ok(false)`, or an error
+/// when [`NODE_REQUIRE_ENV`] is set.
+fn can_run(binaries: &Binaries, node_sh: &Path) -> Result<bool, Error> {
+    match unavailable(binaries, node_sh) {
+        None => Ok(true),
+        Some(reason) if required() => Err(Error::NodeUnavailable { reason }),
+        Some(reason) => {
+            eprintln!("SKIP: no node: {reason} (set {NODE_REQUIRE_ENV}=1 to make this a failure)");
+            Ok(false)
+        }
     }
 }
 
