@@ -23,9 +23,10 @@ use conclave_testkit::wasm_build::build_plugins;
 use conclave_testkit::{CandidateResponder, ControlPlane, Node, lease_candidate, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, EvictParams, ListParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 
 /// The tests here take turns on the machine's one node (`cluster.sh up` refuses to start while
@@ -45,6 +46,12 @@ const ELECTION_NAMESPACE: &str = "default";
 const ELECTION_LEASE: &str = "priority-demo";
 /// The annotation `conclave.dev/priority` reads.
 const PRIORITY_ANNOTATION: &str = "coordination.conclave.dev/priority";
+/// The example component's namespace, Lease and container (deploy/examples/component.yaml).
+const COMPONENT_NAMESPACE: &str = "conclave-demo";
+const COMPONENT: &str = "example-component";
+/// The emulation version the example starts with, and the one it is rolled to.
+const OLD_EMULATION: &str = "1.36.0";
+const NEW_EMULATION: &str = "1.37.0";
 /// The README's quick start works in this directory (its lines name it).
 const QUICK_START_DIR: &str = "/tmp/conclave-cluster";
 
@@ -323,6 +330,153 @@ async fn wait_deployment_ready(client: &Client) {
     }
 }
 
+/// One look at the example component's election: the Lease first, then the candidates (a
+/// candidate of the old version listed after the Lease was read existed when it was read: none
+/// is created once the roll starts).
+#[derive(Clone, Debug)]
+struct ElectionLook {
+    at: Instant,
+    holder: Option<String>,
+    acquired: Option<jiff::Timestamp>,
+    /// The holder's last renewal and its Lease duration, when it holds.
+    renewed: Option<(jiff::Timestamp, i64)>,
+    /// Each candidate's name and emulation version.
+    candidates: Vec<(String, String)>,
+}
+
+async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let at = Instant::now();
+    let spec = leases
+        .get_opt(COMPONENT)
+        .await?
+        .and_then(|l| l.spec)
+        .unwrap_or_default();
+    let listed = candidates.list(&ListParams::default()).await?;
+    let candidates = listed
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| {
+            let spec = c.spec?;
+            (spec.lease_name == COMPONENT).then(|| {
+                (
+                    c.metadata.name.unwrap_or_default(),
+                    spec.emulation_version.unwrap_or_default(),
+                )
+            })
+        })
+        .collect();
+    let holder = spec.holder_identity.filter(|h| !h.is_empty());
+    Ok(ElectionLook {
+        at,
+        renewed: holder.as_ref().and(
+            spec.renew_time
+                .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
+        ),
+        acquired: spec.acquire_time.map(|a| a.0),
+        holder,
+        candidates,
+    })
+}
+
+/// Looks at the example component's election every [`DRILL_POLL`] until dropped.
+struct ElectionLog {
+    looks: Arc<Mutex<Vec<ElectionLook>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ElectionLog {
+    fn start(client: Client) -> Self {
+        let looks = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&looks);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(look) = look_at_election(&client).await {
+                    record.lock().unwrap().push(look);
+                }
+                tokio::time::sleep(DRILL_POLL).await;
+            }
+        });
+        Self { looks, task }
+    }
+
+    fn looks(&self) -> Vec<ElectionLook> {
+        self.looks.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ElectionLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every change of holder in `looks`: (from, to, how long the Lease had no holder or the old
+/// one, whether the new holder acquired before the old one's Lease would have expired).
+fn hand_offs(looks: &[ElectionLook]) -> Vec<(String, String, Duration, bool)> {
+    let mut found = Vec::new();
+    let mut last: Option<&ElectionLook> = None;
+    for look in looks {
+        let Some(holder) = &look.holder else { continue };
+        if let Some(previous) = last
+            && previous.holder.as_ref() != Some(holder)
+        {
+            let graceful = match (previous.renewed, look.acquired) {
+                (Some((renewed, seconds)), Some(acquired)) => {
+                    acquired < renewed + jiff::SignedDuration::from_secs(seconds)
+                }
+                _ => false,
+            };
+            found.push((
+                previous.holder.clone().unwrap_or_default(),
+                holder.clone(),
+                look.at - previous.at,
+                graceful,
+            ));
+        }
+        last = Some(look);
+    }
+    found
+}
+
+/// The example component's Deployment, with the image under test.
+fn component_manifest(image: &str) -> String {
+    let path = repo_root().join("deploy/examples/component.yaml");
+    let manifest = std::fs::read_to_string(&path).expect("deploy/examples/component.yaml");
+    let manifest = manifest.replace(
+        "image: ghcr.io/conclave-dev/conclave:0.1.0",
+        &format!("image: {image}"),
+    );
+    assert!(
+        manifest.contains(image),
+        "the example names the chart's image"
+    );
+    manifest.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
+}
+
+/// Waits until the example component's Deployment has rolled out: every replica updated and
+/// Ready, no old one left.
+async fn component_rolled_out(client: &Client) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    wait_for("the component rolled out", READY_TIMEOUT, || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get(COMPONENT).await?;
+            let generation = d.metadata.generation;
+            let status = d.status.unwrap_or_default();
+            Ok((status.observed_generation == generation
+                && status.updated_replicas == Some(3)
+                && status.ready_replicas == Some(3)
+                && status.replicas == Some(3))
+            .then_some(()))
+        }
+    })
+    .await
+    .expect("rolled out");
+}
+
 /// Base64 and hex SHA-256 of a file, as an operator computes them for the chart's values.
 fn base64_and_sha256(file: &Path) -> (String, String) {
     let file = file.to_string_lossy().into_owned();
@@ -567,6 +721,134 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     eprintln!(
         "drill: evictions -> the budget refused the second; now active {}, standby {}",
         active.name, standby.name
+    );
+    // Components as pods: the example Deployment of `conclave candidate` (3 replicas) elects
+    // through the chart's controller.
+    let apply = run(
+        &kubectl,
+        &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
+        Some(&component_manifest(&image.reference)),
+    )
+    .expect("kubectl apply");
+    apply.assert_success();
+    component_rolled_out(&client).await;
+    let first = wait_for("the component elected", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look.holder.filter(|_| look.candidates.len() == 3))
+    })
+    .await
+    .expect("a component leader");
+    eprintln!("component leader: {first}");
+
+    // A rolling upgrade by emulation version (maxUnavailable 0): the oldest emulation version
+    // leads at every step, and each hand-off is a graceful release.
+    let election = ElectionLog::start(client.clone());
+    let components: Api<Deployment> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let roll = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "component",
+        "env": [{"name": "CONCLAVE_CANDIDATE_EMULATION_VERSION", "value": NEW_EMULATION}],
+    }]}}}});
+    components
+        .patch(COMPONENT, &PatchParams::default(), &Patch::Strategic(roll))
+        .await
+        .expect("rolling the component");
+    component_rolled_out(&client).await;
+    let new_leader = wait_for("a leader of the new version", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        let holder = look.holder.clone();
+        Ok(holder.filter(|h| {
+            look.candidates.len() == 3
+                && look
+                    .candidates
+                    .iter()
+                    .any(|(name, v)| name == h && v == NEW_EMULATION)
+        }))
+    })
+    .await
+    .expect("a leader after the roll");
+    let looks = election.looks();
+    drop(election);
+    for look in &looks {
+        let Some(holder) = &look.holder else { continue };
+        let Some((_, version)) = look.candidates.iter().find(|(name, _)| name == holder) else {
+            continue;
+        };
+        assert!(
+            !(version == NEW_EMULATION && look.candidates.iter().any(|(_, v)| v == OLD_EMULATION)),
+            "{holder} ({version}) led while a candidate of {OLD_EMULATION} was there: {look:?}"
+        );
+    }
+    let handed = hand_offs(&looks);
+    eprintln!("drill: rolling the component {OLD_EMULATION} -> {NEW_EMULATION}: {handed:?}");
+    assert!(!handed.is_empty(), "the leader changed during the roll");
+    assert!(
+        handed.iter().all(|(_, _, _, graceful)| *graceful),
+        "every hand-off of the roll was a release, not an expiry: {handed:?}"
+    );
+    eprintln!("component leader after the roll: {new_leader}");
+
+    // SIGKILL of the leading component's container: the next leader is written, and the killed
+    // replica, restarted by the kubelet, comes back under a new identity (a candidate like any
+    // other, elected only by the controller); the old identity never leads again.
+    let component_pods: Api<Pod> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let listed = component_pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+        .await
+        .expect("the component's pods");
+    let leading = listed
+        .items
+        .iter()
+        .find(|p| is_identity_of(&new_leader, p.metadata.name.as_deref().unwrap_or("-")))
+        .unwrap_or_else(|| panic!("no pod of the leader {new_leader}"));
+    let leading_name = leading.metadata.name.clone().unwrap_or_default();
+    let container = leading
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .cloned()
+        .expect("the leader's container");
+    let election = ElectionLog::start(client.clone());
+    let killed_at = Instant::now();
+    node.kill_container(container.container_id.as_deref().expect("a container id"))
+        .expect("killing the leading component");
+    let next = wait_for("the next component leader", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look.holder.filter(|h| *h != new_leader))
+    })
+    .await
+    .expect("a next leader");
+    let failover = killed_at.elapsed();
+    let back = wait_for(
+        "the killed component back as a follower",
+        READY_TIMEOUT,
+        || async {
+            let look = look_at_election(&client).await?;
+            Ok(look
+                .candidates
+                .iter()
+                .find(|(name, _)| is_identity_of(name, &leading_name) && *name != new_leader)
+                .map(|(name, _)| name.clone()))
+        },
+    )
+    .await
+    .expect("the restarted component's candidate");
+    let looks = election.looks();
+    drop(election);
+    let killed_index = looks
+        .iter()
+        .position(|l| l.holder.as_deref() != Some(new_leader.as_str()))
+        .unwrap_or(looks.len());
+    assert!(
+        looks[killed_index..]
+            .iter()
+            .all(|l| l.holder.as_deref() != Some(new_leader.as_str())),
+        "the killed leader's identity held the Lease again: {looks:?}"
+    );
+    eprintln!(
+        "drill: SIGKILL of the leading component {new_leader} -> next leader {next} after {:.2} s; \
+         the restarted container is the candidate {back}",
+        failover.as_secs_f64()
     );
 }
 
