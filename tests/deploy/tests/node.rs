@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use conclave_deploy_tests::image::{NONROOT, locate_image};
+use conclave_deploy_tests::image::{Image, NONROOT, locate_image};
 use conclave_deploy_tests::{
     FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
     locate_kubectl, repo_root, run, run_with_env,
@@ -456,25 +456,124 @@ fn component_manifest(image: &str) -> String {
     manifest.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
 }
 
-/// Waits until the example component's Deployment has rolled out: every replica updated and
-/// Ready, no old one left.
-async fn component_rolled_out(client: &Client) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    wait_for("the component rolled out", READY_TIMEOUT, || {
-        let deployments = deployments.clone();
-        async move {
-            let d = deployments.get(COMPONENT).await?;
-            let generation = d.metadata.generation;
-            let status = d.status.unwrap_or_default();
-            Ok((status.observed_generation == generation
-                && status.updated_replicas == Some(3)
-                && status.ready_replicas == Some(3)
-                && status.replicas == Some(3))
-            .then_some(()))
-        }
-    })
+/// Waits until the Deployment `namespace/name` has rolled out: `replicas` replicas, every one
+/// updated and Ready, no old one left.
+async fn rolled_out(client: &Client, namespace: &str, name: &str, replicas: i32) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("{namespace}/{name} rolled out"),
+        READY_TIMEOUT,
+        || {
+            let deployments = deployments.clone();
+            async move {
+                let d = deployments.get(name).await?;
+                let generation = d.metadata.generation;
+                let status = d.status.unwrap_or_default();
+                Ok((status.observed_generation == generation
+                    && status.updated_replicas == Some(replicas)
+                    && status.ready_replicas == Some(replicas)
+                    && status.replicas == Some(replicas))
+                .then_some(()))
+            }
+        },
+    )
     .await
     .expect("rolled out");
+}
+
+/// Copies `reference` from the podman store into the node's containerd, as `cluster.sh load`.
+fn load_image(image: &Image, node: &Node, reference: &str) {
+    let archive = tempfile::NamedTempFile::new().expect("temp file");
+    let archive_path = archive.path().to_string_lossy().into_owned();
+    image
+        .podman
+        .run(&[
+            "save",
+            "-q",
+            "--format",
+            "docker-archive",
+            "-o",
+            &archive_path,
+            reference,
+        ])
+        .expect("podman save")
+        .assert_success();
+    node.import_image(archive.path())
+        .expect("importing the image");
+}
+
+/// Counts the replicas answering `ok: active` every [`DRILL_POLL`] until dropped.
+struct ActiveLog {
+    most: Arc<Mutex<(usize, Vec<Replica>)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ActiveLog {
+    fn start(pods: Api<Pod>) -> Self {
+        let most = Arc::new(Mutex::new((0, Vec::new())));
+        let record = Arc::clone(&most);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(now) = replicas(&pods).await {
+                    let active = now.iter().filter(|r| r.role == "ok: active").count();
+                    let mut most = record.lock().unwrap();
+                    if active > most.0 {
+                        *most = (active, now);
+                    }
+                }
+                tokio::time::sleep(DRILL_POLL).await;
+            }
+        });
+        Self { most, task }
+    }
+
+    /// The most replicas seen active at once, and what they said then.
+    fn most(&self) -> (usize, Vec<Replica>) {
+        self.most.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ActiveLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Registers a new pair of `conclave.dev/priority` candidates for a fresh Lease every second
+/// until `stop` is set: Leases that need an election while the controller is being replaced.
+/// Returns each Lease's name and when its candidates were registered, and the responders.
+async fn elections_while(
+    client: Client,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> (Vec<(String, jiff::Timestamp)>, Vec<CandidateResponder>) {
+    let mut leases = Vec::new();
+    let mut responders = Vec::new();
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let lease = format!("roll-{n}");
+        let registered = jiff::Timestamp::now();
+        for (name, priority) in [("a", "10"), ("b", "20")] {
+            let mut candidate = lease_candidate(
+                ELECTION_NAMESPACE,
+                &format!("{lease}-{name}"),
+                &lease,
+                "1.37.0",
+                Some("1.37.0"),
+                "conclave.dev/priority",
+            );
+            candidate.metadata.annotations =
+                Some([(PRIORITY_ANNOTATION.to_owned(), priority.to_owned())].into());
+            responders.push(
+                CandidateResponder::register(client.clone(), candidate)
+                    .await
+                    .expect("registering a candidate"),
+            );
+        }
+        leases.push((lease, registered));
+        n += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    (leases, responders)
 }
 
 /// Base64 and hex SHA-256 of a file, as an operator computes them for the chart's values.
@@ -508,23 +607,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     };
 
     // No registry: the image goes from the podman store into containerd, as `cluster.sh load`.
-    let archive = tempfile::NamedTempFile::new().expect("temp file");
-    let archive_path = archive.path().to_string_lossy().into_owned();
-    image
-        .podman
-        .run(&[
-            "save",
-            "-q",
-            "--format",
-            "docker-archive",
-            "-o",
-            &archive_path,
-            &image.reference,
-        ])
-        .expect("podman save")
-        .assert_success();
-    node.import_image(archive.path())
-        .expect("importing the image");
+    load_image(&image, &node, &image.reference);
 
     // The beta plugin conclave.dev/priority, shipped in the chart's ConfigMap.
     let plugins = build_plugins(&["priority"]);
@@ -722,6 +805,76 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         "drill: evictions -> the budget refused the second; now active {}, standby {}",
         active.name, standby.name
     );
+    // Drill: a rolling update of the controller to a new image tag. Never two replicas active at
+    // once, and Leases that need an election while it rolls are elected.
+    let rolled = format!("{repository}:roll");
+    image
+        .podman
+        .run(&["tag", &image.reference, &rolled])
+        .expect("podman tag")
+        .assert_success();
+    load_image(&image, &node, &rolled);
+    let actives = ActiveLog::start(pods.clone());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = tokio::spawn(elections_while(client.clone(), Arc::clone(&stop)));
+    let roll_started = Instant::now();
+    run(
+        &helm,
+        &[
+            "upgrade",
+            FULL_NAME,
+            &chart,
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "image.tag=roll",
+        ],
+        None,
+    )
+    .expect("running helm upgrade")
+    .assert_success();
+    rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2).await;
+    let (active, _standby) = one_active_one_standby(&pods).await;
+    let roll_took = roll_started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (roll_leases, _roll_candidates) = churn.await.expect("the elections during the roll");
+    let (most, when) = actives.most();
+    drop(actives);
+    assert!(
+        most <= 1,
+        "{most} replicas active at once during the roll: {when:#?}"
+    );
+    let election_leases: Api<Lease> = Api::namespaced(client.clone(), ELECTION_NAMESPACE);
+    let mut waits = Vec::new();
+    for (lease, registered) in &roll_leases {
+        let acquired = wait_for(&format!("{lease} elected"), ELECTION_TIMEOUT, || {
+            let election_leases = election_leases.clone();
+            async move {
+                let spec = election_leases.get_opt(lease).await?.and_then(|l| l.spec);
+                Ok(spec
+                    .filter(|s| s.holder_identity.is_some())
+                    .and_then(|s| s.acquire_time))
+            }
+        })
+        .await
+        .expect("every Lease of the roll elected");
+        waits.push(acquired.0.duration_since(*registered).as_secs_f64());
+    }
+    waits.sort_by(f64::total_cmp);
+    eprintln!(
+        "drill: rolling the controller to a new tag took {:.1} s; {} Leases elected during it, \
+         waiting {:.2} s at most (median {:.2} s); at most {most} replica active at once; now \
+         active {}",
+        roll_took.as_secs_f64(),
+        waits.len(),
+        waits.last().copied().unwrap_or_default(),
+        waits.get(waits.len() / 2).copied().unwrap_or_default(),
+        active.name
+    );
+
     // Components as pods: the example Deployment of `conclave candidate` (3 replicas) elects
     // through the chart's controller.
     let apply = run(
@@ -731,7 +884,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     )
     .expect("kubectl apply");
     apply.assert_success();
-    component_rolled_out(&client).await;
+    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3).await;
     let first = wait_for("the component elected", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
         Ok(look.holder.filter(|_| look.candidates.len() == 3))
@@ -752,7 +905,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .patch(COMPONENT, &PatchParams::default(), &Patch::Strategic(roll))
         .await
         .expect("rolling the component");
-    component_rolled_out(&client).await;
+    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3).await;
     let new_leader = wait_for("a leader of the new version", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
         let holder = look.holder.clone();
