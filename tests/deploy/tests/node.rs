@@ -9,6 +9,7 @@
 //!
 //! The tests of this file take turns: each needs the machine's one node.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,12 +21,14 @@ use conclave_deploy_tests::{
     locate_kubectl, repo_root, run, run_with_env,
 };
 use conclave_testkit::wasm_build::build_plugins;
-use conclave_testkit::{CandidateResponder, ControlPlane, Node, lease_candidate, wait_for};
+use conclave_testkit::{
+    CandidateResponder, ControlPlane, NODE_NAME, Node, lease_candidate, wait_for,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 
@@ -39,6 +42,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long an election through the plugin may take: at once, or after the first holder's
 /// Lease expires (the chart's controller writes 15 s Leases) and the next is pinged.
 const ELECTION_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one look (a `/readyz` or a Lease read) may take before a drill's log looks again.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a drill looks at the replicas, so that its figure is precise to about this.
 const DRILL_POLL: Duration = Duration::from_millis(50);
 /// The namespace and name of the Lease elected through the priority plugin.
@@ -55,14 +60,19 @@ const NEW_EMULATION: &str = "1.37.0";
 /// The README's quick start works in this directory (its lines name it).
 const QUICK_START_DIR: &str = "/tmp/conclave-cluster";
 
-/// `GET http://ip:port/path`; the body of a 200 answer.
+/// `GET http://ip:port/path`; the body of a 200 answer, or `None` (also when no answer comes
+/// within [`LOOK_TIMEOUT`]: the address of a pod that is gone drops packets).
 async fn http_get(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.ok()?;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        Some(answer)
+    };
+    let answer = tokio::time::timeout(LOOK_TIMEOUT, exchange).await.ok()??;
     let (head, body) = answer.split_once("\r\n\r\n")?;
     (head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")).then(|| body.to_owned())
 }
@@ -166,15 +176,19 @@ impl HolderLog {
         let record = Arc::clone(&seen);
         let task = tokio::spawn(async move {
             loop {
-                if let Ok(lease) = leases.get(HA_LEASE).await {
-                    let holder = lease
-                        .spec
-                        .and_then(|s| s.holder_identity)
-                        .unwrap_or_default();
-                    let mut seen = record.lock().unwrap();
-                    if seen.last() != Some(&holder) {
-                        seen.push(holder);
+                match tokio::time::timeout(LOOK_TIMEOUT, leases.get(HA_LEASE)).await {
+                    Ok(Ok(lease)) => {
+                        let holder = lease
+                            .spec
+                            .and_then(|s| s.holder_identity)
+                            .unwrap_or_default();
+                        let mut seen = record.lock().unwrap();
+                        if seen.last() != Some(&holder) {
+                            seen.push(holder);
+                        }
                     }
+                    Ok(Err(error)) => eprintln!("reading {HA_LEASE}: {error}"),
+                    Err(_) => eprintln!("reading {HA_LEASE}: no answer within {LOOK_TIMEOUT:?}"),
                 }
                 tokio::time::sleep(DRILL_POLL).await;
             }
@@ -336,8 +350,9 @@ async fn wait_deployment_ready(client: &Client) {
 #[derive(Clone, Debug)]
 struct ElectionLook {
     at: Instant,
+    /// The same moment on the wall clock, which the API server's times share (one machine).
+    wall: jiff::Timestamp,
     holder: Option<String>,
-    acquired: Option<jiff::Timestamp>,
     /// The holder's last renewal and its Lease duration, when it holds.
     renewed: Option<(jiff::Timestamp, i64)>,
     /// Each candidate's name and emulation version.
@@ -348,6 +363,7 @@ async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> 
     let leases: Api<Lease> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
     let at = Instant::now();
+    let wall = jiff::Timestamp::now();
     let spec = leases
         .get_opt(COMPONENT)
         .await?
@@ -371,11 +387,11 @@ async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> 
     let holder = spec.holder_identity.filter(|h| !h.is_empty());
     Ok(ElectionLook {
         at,
+        wall,
         renewed: holder.as_ref().and(
             spec.renew_time
                 .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
         ),
-        acquired: spec.acquire_time.map(|a| a.0),
         holder,
         candidates,
     })
@@ -393,7 +409,9 @@ impl ElectionLog {
         let record = Arc::clone(&looks);
         let task = tokio::spawn(async move {
             loop {
-                if let Ok(look) = look_at_election(&client).await {
+                if let Ok(Ok(look)) =
+                    tokio::time::timeout(LOOK_TIMEOUT, look_at_election(&client)).await
+                {
                     record.lock().unwrap().push(look);
                 }
                 tokio::time::sleep(DRILL_POLL).await;
@@ -413,8 +431,9 @@ impl Drop for ElectionLog {
     }
 }
 
-/// Every change of holder in `looks`: (from, to, how long the Lease had no holder or the old
-/// one, whether the new holder acquired before the old one's Lease would have expired).
+/// Every change of holder in `looks`: (from, to, the time between the last look at the old
+/// holder and the first at the new, whether the new holder was seen before the old one's Lease
+/// could have expired).
 fn hand_offs(looks: &[ElectionLook]) -> Vec<(String, String, Duration, bool)> {
     let mut found = Vec::new();
     let mut last: Option<&ElectionLook> = None;
@@ -423,12 +442,11 @@ fn hand_offs(looks: &[ElectionLook]) -> Vec<(String, String, Duration, bool)> {
         if let Some(previous) = last
             && previous.holder.as_ref() != Some(holder)
         {
-            let graceful = match (previous.renewed, look.acquired) {
-                (Some((renewed, seconds)), Some(acquired)) => {
-                    acquired < renewed + jiff::SignedDuration::from_secs(seconds)
-                }
-                _ => false,
-            };
+            // Seen holding before the old holder's Lease could have expired: it was handed over,
+            // not taken at expiry.
+            let graceful = previous.renewed.is_some_and(|(renewed, seconds)| {
+                look.wall < renewed + jiff::SignedDuration::from_secs(seconds)
+            });
             found.push((
                 previous.holder.clone().unwrap_or_default(),
                 holder.clone(),
@@ -576,6 +594,33 @@ async fn elections_while(
     (leases, responders)
 }
 
+/// The chart's PodDisruptionBudget once the disruption controller has counted both replicas
+/// healthy for the current pods (its status lags pods that come and go).
+async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudgetStatus {
+    wait_for(
+        "the PodDisruptionBudget counting 2 healthy replicas",
+        READY_TIMEOUT,
+        || {
+            let budgets = budgets.clone();
+            async move {
+                let budget = budgets.get(FULL_NAME).await?;
+                let status = budget.status.clone().unwrap_or_default();
+                let current = status.observed_generation == budget.metadata.generation;
+                Ok((current
+                    && status.current_healthy == 2
+                    && status.expected_pods == 2
+                    && status
+                        .disrupted_pods
+                        .as_ref()
+                        .is_none_or(BTreeMap::is_empty))
+                .then_some(status))
+            }
+        },
+    )
+    .await
+    .expect("the PodDisruptionBudget")
+}
+
 /// Base64 and hex SHA-256 of a file, as an operator computes them for the chart's values.
 fn base64_and_sha256(file: &Path) -> (String, String) {
     let file = file.to_string_lossy().into_owned();
@@ -661,16 +706,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
 
     // The PodDisruptionBudget counts both replicas and allows one disruption.
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let budget = wait_for("the PodDisruptionBudget's status", READY_TIMEOUT, || {
-        let budgets = budgets.clone();
-        async move {
-            let budget = budgets.get(FULL_NAME).await?;
-            let status = budget.status.clone().unwrap_or_default();
-            Ok((status.current_healthy == 2).then_some(status))
-        }
-    })
-    .await
-    .expect("the PodDisruptionBudget");
+    let budget = healthy_budget(&budgets).await;
     assert_eq!(budget.disruptions_allowed, 1, "{budget:?}");
 
     // The securityContext, read from the running containers' processes.
@@ -722,10 +758,15 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     node.kill_container(active.container_id.as_deref().expect("a container"))
         .expect("killing the active container");
     let took_over = until_active(&pods, &standby.name, killed_at).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let held = leases.get(HA_LEASE).await.expect("the controller's Lease");
     eprintln!(
-        "drill: SIGKILL of the active controller's container -> standby {} active after {:.2} s",
+        "drill: SIGKILL of the active controller's container -> standby {} active after {:.2} s \
+         (holder {:?}, seen {:?})",
         standby.name,
-        took_over.as_secs_f64()
+        took_over.as_secs_f64(),
+        held.spec.and_then(|s| s.holder_identity),
+        holders.holders()
     );
     let restarted = wait_for(
         "the killed replica restarted, as a standby",
@@ -788,23 +829,50 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
          ({renewed} + {expiry}): no graceful release"
     );
 
-    // Drill: evictions through the Eviction API. The PodDisruptionBudget lets one replica go and
-    // refuses the second while the first is not replaced.
+    // Drill: evictions through the Eviction API, as `kubectl drain` does them: the node is
+    // cordoned first, so that an evicted replica's replacement stays Pending. The budget lets one
+    // replica go and refuses the second while the first is not replaced; once the node takes pods
+    // again and the replacement is Ready, the second may go too.
     wait_deployment_ready(&client).await;
     let (first, second) = one_active_one_standby(&pods).await;
+    let settled = healthy_budget(&budgets).await;
+    eprintln!("the budget before the evictions: {settled:?}");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let cordon = |unschedulable: bool| {
+        let nodes = nodes.clone();
+        async move {
+            let patch = serde_json::json!({"spec": {"unschedulable": unschedulable}});
+            nodes
+                .patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .expect("cordoning the node");
+        }
+    };
+    cordon(true).await;
     pods.evict(&first.name, &EvictParams::default())
         .await
         .expect("the first eviction is allowed");
     match pods.evict(&second.name, &EvictParams::default()).await {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 429, "{status:?}"),
-        other => panic!("the second eviction was not refused by the budget: {other:?}"),
+        other => panic!(
+            "the second eviction ({}) was not refused by the budget: {other:?}",
+            second.name
+        ),
     }
+    cordon(false).await;
+    wait_deployment_ready(&client).await;
+    healthy_budget(&budgets).await;
+    pods.evict(&second.name, &EvictParams::default())
+        .await
+        .expect("the second eviction is allowed once the first replica was replaced");
     wait_deployment_ready(&client).await;
     let (active, standby) = one_active_one_standby(&pods).await;
     eprintln!(
-        "drill: evictions -> the budget refused the second; now active {}, standby {}",
+        "drill: evictions with the node cordoned -> the budget refused the second until the first \
+         was replaced; now active {}, standby {}",
         active.name, standby.name
     );
+
     // Drill: a rolling update of the controller to a new image tag. Never two replicas active at
     // once, and Leases that need an election while it rolls are elected.
     let rolled = format!("{repository}:roll");
