@@ -2,15 +2,16 @@
 # Runs every Conclave test on a fresh machine: prepares what the tests need (the wasm32-wasip2
 # target, the real Kubernetes control plane and node built from Go modules, the node's Debian
 # packages and images, helm built from Go modules),
-# the static controller binary the image is made of (musl-tools from Debian's packages), builds
-# the strategy plugins from source (and one Python and one JavaScript plugin with the registries'
-# toolchains), runs the strategy vectors and the whole test suite.
+# the static controller binary the image is made of (musl-tools from Debian's packages), promtool
+# (Debian's prometheus); checks and tests the alerting rules with promtool, builds the strategy
+# plugins from source (and one Python and one JavaScript plugin with the registries' toolchains),
+# runs the strategy vectors and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 rustup target add wasm32-wasip2 >/dev/null
-for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh; do
+for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh .ci/prepare-prometheus.sh; do
   if [ -f "$prepare" ]; then bash "$prepare"; fi
 done
 
@@ -20,6 +21,10 @@ done
 export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_NODE=1 CONCLAVE_REQUIRE_KUBECTL=1 CONCLAVE_REQUIRE_BIN=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
 export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
+
+echo "== alerting rules (promtool)"
+promtool check rules deploy/prometheus/conclave-rules.yaml
+promtool test rules deploy/prometheus/conclave-rules.test.yaml
 
 echo "== strategy plugins (wasm32-wasip2)"
 (cd strategies && cargo build --target wasm32-wasip2 --release)
