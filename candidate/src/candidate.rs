@@ -203,6 +203,7 @@ impl Candidate {
             let mut metadata = existing.metadata.clone();
             metadata.labels = wanted.metadata.labels.take();
             metadata.managed_fields = None;
+            merge_pod_record(&mut metadata, &mut wanted.metadata);
             wanted.metadata = metadata;
             if let (Some(spec), Some(old)) = (wanted.spec.as_mut(), existing.spec.as_ref()) {
                 // pingTime belongs to the controller: keep it (pings are persistent upstream).
@@ -273,6 +274,21 @@ fn answer_time(
     ping: Option<conclave_core::time::Timestamp>,
 ) -> conclave_core::time::Timestamp {
     ping.map_or(now, |ping| ping.max(now))
+}
+
+/// Carries this process's Pod record (ownerReference and annotations, [`crate::PodRef`]) from
+/// `wanted` into the stored `metadata`, keeping what others put there: annotations under other
+/// keys, and owners other than a Pod. A candidate object taken over from an earlier process (a
+/// name set by hand) then names this process, not its predecessor.
+fn merge_pod_record(metadata: &mut kube::api::ObjectMeta, wanted: &mut kube::api::ObjectMeta) {
+    if let Some(ours) = wanted.annotations.take() {
+        metadata.annotations.get_or_insert_default().extend(ours);
+    }
+    if let Some(ours) = wanted.owner_references.take() {
+        let owners = metadata.owner_references.get_or_insert_default();
+        owners.retain(|o| !(o.kind == "Pod" && o.api_version == "v1"));
+        owners.extend(ours);
+    }
 }
 
 /// Whether the controller asked for proof of life that has not been given yet.

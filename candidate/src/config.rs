@@ -1,5 +1,6 @@
 //! Settings of the Lease lock and of the LeaseCandidate, checked before any request is made.
 
+use crate::pod::PodRef;
 use crate::{Error, Result};
 use conclave_core::validation::{dns1123_label_errors, dns1123_subdomain_errors};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
@@ -139,10 +140,16 @@ pub struct CandidateConfig {
     pub labels: BTreeMap<String, String>,
     /// How often `spec.renewTime` is renewed when nobody pings ([`DEFAULT_RENEW_INTERVAL`]).
     pub renew_interval: Duration,
+    /// The Pod and container this process runs in ([`PodRef::from_env`] by default): named in an
+    /// ownerReference of the LeaseCandidate, so Kubernetes deletes the candidate with its Pod,
+    /// and in annotations an election controller compares with the kubelet's report (pod
+    /// liveness). `None` outside a pod.
+    pub pod: Option<PodRef>,
 }
 
 impl CandidateConfig {
-    /// A candidate with these versions and strategy, no labels, renewed every 5 minutes.
+    /// A candidate with these versions and strategy, no labels, renewed every 5 minutes, naming
+    /// the Pod it runs in when the environment says which ([`PodRef::from_env`]).
     #[must_use]
     pub fn new(
         binary_version: impl Into<String>,
@@ -155,17 +162,31 @@ impl CandidateConfig {
             strategy: strategy.into(),
             labels: BTreeMap::new(),
             renew_interval: DEFAULT_RENEW_INTERVAL,
+            pod: PodRef::from_env(),
         }
     }
 
-    /// The LeaseCandidate object this instance sends for `lease` (without `renewTime`).
+    /// The same candidate naming `pod` as the Pod it runs in (`None`: no Pod).
+    #[must_use]
+    pub fn with_pod(mut self, pod: Option<PodRef>) -> Self {
+        self.pod = pod;
+        self
+    }
+
+    /// The LeaseCandidate object this instance sends for `lease` (without `renewTime`): in a pod,
+    /// with the ownerReference and the annotations of [`CandidateConfig::pod`].
     #[must_use]
     pub fn object(&self, lease: &LeaseConfig) -> LeaseCandidate {
+        let pod = self.pod.as_ref();
         LeaseCandidate {
             metadata: ObjectMeta {
                 name: Some(lease.identity.clone()),
                 namespace: Some(lease.namespace.clone()),
                 labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
+                annotations: pod.map(PodRef::annotations),
+                owner_references: pod
+                    .and_then(|pod| pod.owner_reference(&lease.namespace))
+                    .map(|owner| vec![owner]),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseCandidateSpec {

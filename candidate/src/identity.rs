@@ -1,10 +1,14 @@
 //! Defaults that fit a pod: this process's identity and the namespace it runs in.
 //!
-//! In a pod, set `POD_NAME` from the downward API (`fieldRef: metadata.name`): a pod's name is
-//! unique in its namespace, so it is the identity as it is, and `kubectl get leasecandidates`
-//! then names pods. Without it the identity is the hostname plus a random suffix, because a
-//! hostname alone is not unique: processes on one machine share it, and so do `hostNetwork` pods
-//! on one node (their hostname is the node's).
+//! In a pod, set `POD_NAME` from the downward API (`fieldRef: metadata.name`): the identity is
+//! the pod's name plus a random suffix drawn once per process (`web-7d9f-abcde-1a2b3c4d`), so
+//! `kubectl get leasecandidates` still names pods, and a container the kubelet restarts in the
+//! same pod comes back under a new identity: the Lease its predecessor held (and may still be
+//! named in until the controller replaces it) is never mistaken for its own, and an election
+//! controller never takes the new process's renewals for the dead one's. Without `POD_NAME` the
+//! identity is the hostname plus a random suffix, because a hostname alone is not unique:
+//! processes on one machine share it, and so do `hostNetwork` pods on one node (their hostname
+//! is the node's).
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -18,17 +22,22 @@ pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
 /// Longest identity: a LeaseCandidate name is a DNS-1123 subdomain (at most 253 characters).
 const MAX_IDENTITY: usize = 253;
 
-/// This process's identity: `$POD_NAME` when set, else the hostname with a random suffix
-/// (`<hostname>-<8 hex digits>`), lower-cased and with characters a LeaseCandidate name cannot
-/// hold replaced by `-`. Call it once per process and keep the result: the suffix differs on
-/// every call.
+/// This process's identity: `$POD_NAME`, else the hostname, with a random suffix drawn once per
+/// process (`<pod or hostname>-<8 hex digits>`), lower-cased and with characters a LeaseCandidate
+/// name cannot hold replaced by `-`. Every call in one process returns the same identity; a
+/// restarted process (a container the kubelet restarted) gets another.
 #[must_use]
 pub fn default_identity() -> String {
+    static SUFFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let pod_name = std::env::var(POD_NAME_ENV).ok();
     let hostname = hostname::get()
         .ok()
         .map(|h| h.to_string_lossy().into_owned());
-    identity_from(pod_name.as_deref(), hostname.as_deref(), random_suffix())
+    identity_from(
+        pod_name.as_deref(),
+        hostname.as_deref(),
+        *SUFFIX.get_or_init(random_suffix),
+    )
 }
 
 /// The namespace of this pod, read from its service account (`None` outside a pod, or when the
@@ -44,16 +53,14 @@ pub fn service_account_namespace() -> Option<String> {
 /// The identity from its sources, for [`default_identity`] (separate so it can be tested
 /// without touching the process environment).
 fn identity_from(pod_name: Option<&str>, hostname: Option<&str>, suffix: u32) -> String {
-    if let Some(pod) = pod_name.map(str::trim).filter(|p| !p.is_empty()) {
-        // Already a valid, unique name; sanitized anyway in case it was set by hand.
-        return sanitize(pod, MAX_IDENTITY);
-    }
     let suffix = format!("-{suffix:08x}");
-    let host = hostname
-        .map(|h| sanitize(h, MAX_IDENTITY - suffix.len()))
-        .filter(|h| !h.is_empty())
+    let name = |raw: &str| sanitize(raw, MAX_IDENTITY - suffix.len());
+    let prefix = pod_name
+        .map(name)
+        .filter(|p| !p.is_empty())
+        .or_else(|| hostname.map(name).filter(|h| !h.is_empty()))
         .unwrap_or_else(|| "candidate".to_owned());
-    host + &suffix
+    prefix + &suffix
 }
 
 /// Lower-cases `raw` and keeps what a DNS-1123 subdomain allows (`a-z`, `0-9`, `-`, `.`),
@@ -89,9 +96,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identity_prefers_the_pod_name_and_suffixes_only_the_hostname() {
+    fn identity_prefers_the_pod_name_and_always_has_a_per_process_suffix() {
         let table = [
-            (Some("web-7d9f-abcde"), Some("node-1"), "web-7d9f-abcde"),
+            (
+                Some("web-7d9f-abcde"),
+                Some("node-1"),
+                "web-7d9f-abcde-0000002a",
+            ),
             (
                 Some("  "),
                 Some("Node_1.Example"),
@@ -110,7 +121,11 @@ mod tests {
     fn identities_are_valid_lease_candidate_names() {
         let long = "h".repeat(400);
         let lease = crate::LeaseConfig::new("default", "lease", "x");
-        for (pod, host) in [(None, Some(long.as_str())), (Some("Pod_A"), None)] {
+        for (pod, host) in [
+            (None, Some(long.as_str())),
+            (Some("Pod_A"), None),
+            (Some(long.as_str()), None),
+        ] {
             let mut config = lease.clone();
             config.identity = identity_from(pod, host, u32::MAX);
             assert!(config.identity.len() <= MAX_IDENTITY);
@@ -128,5 +143,20 @@ mod tests {
     #[test]
     fn random_suffixes_differ() {
         assert_ne!(random_suffix(), random_suffix());
+    }
+
+    /// Two processes in the same pod (a container the kubelet restarted) draw different
+    /// suffixes, so they never share an identity; one process keeps its own.
+    #[test]
+    fn two_processes_of_one_pod_get_different_identities() {
+        let first = identity_from(Some("web-0"), None, random_suffix());
+        let restarted = identity_from(Some("web-0"), None, random_suffix());
+        assert_ne!(first, restarted);
+        assert!(first.starts_with("web-0-") && restarted.starts_with("web-0-"));
+        assert_eq!(
+            default_identity(),
+            default_identity(),
+            "stable within a process"
+        );
     }
 }

@@ -15,6 +15,35 @@
 //! Build the `kube::Client` with [`client()`]: kube's default client leaves Nagle's algorithm on,
 //! which can hold each small write (a renewal, a release) for about 40 ms.
 //!
+//! # In a pod
+//!
+//! Set these from the pod spec, and the LeaseCandidate names the Pod and the process
+//! ([`PodRef`]):
+//!
+//! ```yaml
+//! env:
+//!   - name: POD_NAME
+//!     valueFrom: {fieldRef: {fieldPath: metadata.name}}
+//!   - name: POD_UID
+//!     valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+//!   - name: POD_NAMESPACE
+//!     valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+//!   - name: CONTAINER_NAME
+//!     value: app            # this container's name
+//! ```
+//!
+//! - the identity is `$POD_NAME` plus a random suffix drawn once per process
+//!   ([`default_identity`]): a container the kubelet restarts comes back as a new candidate;
+//! - the LeaseCandidate gets an ownerReference to the Pod (`v1`, `Pod`, name, UID; no
+//!   `blockOwnerDeletion`, which would need RBAC on the Pod's finalizers), so Kubernetes' garbage
+//!   collector deletes it with the Pod, and annotations `coordination.conclave.dev/container`,
+//!   `.../container-id` (read from the process's cgroup) and `.../process-started`;
+//! - an election controller that knows them (`conclave run --pod-liveness=on`) fails over as
+//!   soon as the kubelet reports that this process's container terminated or was replaced, or
+//!   the Pod is deleted, instead of when the Lease expires ([`conclave_core::pod`] has the rule).
+//!   The term's own safety does not change: a process that runs never has its container
+//!   reported terminated.
+//!
 //! # Timing assumptions
 //!
 //! Two instances never lead at once as long as (the README's "The timing assumptions safety rests
@@ -38,7 +67,8 @@
 //! use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term};
 //! use tokio_util::sync::CancellationToken;
 //! let client = conclave_candidate::client(kube_config)?;
-//! // The client's namespace (the service account's, in a pod) and $POD_NAME as identity.
+//! // The client's namespace (the service account's, in a pod) and $POD_NAME plus a per-process
+//! // suffix as identity; in a pod, the candidate names its Pod and container (see PodRef).
 //! let config = LeaseConfig::for_client(&client, "my-controller");
 //! let candidate = CandidateConfig::new("1.33.0", "1.33.0", "OldestEmulationVersion");
 //! let elector = Elector::coordinated(client, config, candidate)?
@@ -133,6 +163,7 @@ mod elector;
 mod identity;
 mod lock;
 mod metrics;
+mod pod;
 mod term;
 mod time;
 pub mod warm;
@@ -150,6 +181,7 @@ pub use identity::{
     POD_NAME_ENV, SERVICE_ACCOUNT_NAMESPACE_FILE, default_identity, service_account_namespace,
 };
 pub use metrics::{ElectorMetrics, Operation};
+pub use pod::{CONTAINER_NAME_ENV, POD_NAMESPACE_ENV, POD_UID_ENV, PodRef};
 pub use term::{Term, TermLease};
 pub use time::{MonotonicTime, rfc3339};
 pub use warm::WarmCache;

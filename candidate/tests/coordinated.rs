@@ -5,13 +5,124 @@
 mod common;
 
 use common::*;
-use conclave_candidate::{Candidate, Elector, Error, LeaderState, StopReason, Term, Transition};
+use conclave_candidate::{
+    Candidate, Elector, Error, LeaderState, PodRef, StopReason, Term, Transition,
+};
 use conclave_core::k8s::timestamp;
+use conclave_core::pod::{
+    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, PROCESS_STARTED_ANNOTATION,
+};
 use conclave_emulator::{Failure, Verb};
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use kube::api::ObjectMeta;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// In a pod, the LeaseCandidate names its Pod in an ownerReference (so the garbage collector
+/// deletes it with the Pod) and records its container and process in annotations, at creation
+/// and after every renewal; a Pod in another namespace is not named (the garbage collector would
+/// delete the candidate at once).
+#[tokio::test]
+async fn candidate_in_a_pod_names_its_pod_and_records_its_container() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let pod = PodRef {
+        name: "web-0".into(),
+        uid: "0d2c5e1a-uid".into(),
+        namespace: Some(NS.into()),
+        container: Some("app".into()),
+        container_id: Some("a".repeat(64)),
+        process_started: "2026-12-04T10:00:00.5Z".into(),
+    };
+    let config = candidate_config("1.32.0").with_pod(Some(pod.clone()));
+    let candidate = Candidate::new(
+        client.clone(),
+        lease_config("pod", "web-0-1a2b3c4d"),
+        config,
+    )
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(candidate.run(shutdown.clone()));
+    let api = candidates(&client);
+    let check = |object: LeaseCandidate, what: &str| {
+        let owners = object.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{what}: {owners:?}");
+        assert_eq!(
+            (
+                owners[0].api_version.as_str(),
+                owners[0].kind.as_str(),
+                owners[0].name.as_str(),
+                owners[0].uid.as_str()
+            ),
+            ("v1", "Pod", "web-0", "0d2c5e1a-uid"),
+            "{what}"
+        );
+        assert_ne!(owners[0].block_owner_deletion, Some(true), "{what}");
+        let annotations = object.metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations[CONTAINER_ANNOTATION], "app", "{what}");
+        assert_eq!(
+            annotations[CONTAINER_ID_ANNOTATION],
+            "a".repeat(64),
+            "{what}"
+        );
+        assert_eq!(
+            annotations[PROCESS_STARTED_ANNOTATION], "2026-12-04T10:00:00.5Z",
+            "{what}"
+        );
+        let record = conclave_core::k8s::process_record(&LeaseCandidate {
+            metadata: ObjectMeta {
+                owner_references: Some(owners),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        })
+        .expect("the controller reads the record back");
+        assert_eq!(record.container_id, Some("a".repeat(64)), "{what}");
+    };
+    let created = wait_for("the candidate to be created", || async {
+        api.get_opt("web-0-1a2b3c4d").await.unwrap()
+    })
+    .await;
+    check(created, "created");
+
+    // Pinged: the renewal keeps the record.
+    let mut pinged = api.get("web-0-1a2b3c4d").await.unwrap();
+    let ping = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+    pinged.spec.as_mut().unwrap().ping_time = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(ping),
+    );
+    api.replace("web-0-1a2b3c4d", &Default::default(), &pinged)
+        .await
+        .unwrap();
+    let renewed = wait_for("the ping to be answered", || async {
+        let object = api.get("web-0-1a2b3c4d").await.unwrap();
+        let renew = object
+            .spec
+            .as_ref()?
+            .renew_time
+            .as_ref()
+            .map(|t| timestamp(t.0));
+        (renew >= Some(timestamp(ping))).then_some(object)
+    })
+    .await;
+    check(renewed, "renewed");
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+
+    // The Pod in another namespace: annotations, but no owner.
+    let elsewhere = PodRef {
+        namespace: Some("other".into()),
+        ..pod
+    };
+    let object = candidate_config("1.32.0")
+        .with_pod(Some(elsewhere))
+        .object(&lease_config("pod", "x"));
+    assert_eq!(object.metadata.owner_references, None);
+    assert!(object.metadata.annotations.is_some());
+}
 
 #[tokio::test]
 async fn candidate_registers_answers_pings_and_is_deleted_on_shutdown() {

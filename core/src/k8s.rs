@@ -2,13 +2,19 @@
 //! objects. Needs the `k8s` feature (std).
 
 use crate::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord};
+use crate::pod::{
+    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, ContainerReport, PROCESS_STARTED_ANNOTATION,
+    PodReport, ProcessRecord,
+};
 use crate::request::CandidateView;
 use crate::time::Timestamp;
 use crate::validation::{self, FieldError, LeaseCandidateFields, LeaseFields, MetaFields};
+use alloc::borrow::ToOwned;
 use alloc::string::String;
 use alloc::vec::Vec;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff;
 use std::collections::BTreeMap;
@@ -113,6 +119,7 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
         released_for: None,
         preemption_held_since: None,
         sitting_out: Vec::new(),
+        holder_dead: false,
     }
 }
 
@@ -130,6 +137,74 @@ pub fn candidate_view(candidate: &LeaseCandidate) -> CandidateView {
         ping_time: micro(spec.ping_time.as_ref()),
         labels: pairs(candidate.metadata.labels.as_ref()),
         annotations: pairs(candidate.metadata.annotations.as_ref()),
+    }
+}
+
+/// What a LeaseCandidate records about the process behind it: its Pod (the ownerReference of
+/// kind `Pod`, `apiVersion: v1`) and the container annotations of [`crate::pod`]. `None` when it
+/// names no Pod. A malformed annotation is left out, never an error: the record then only proves
+/// less.
+#[must_use]
+pub fn process_record(candidate: &LeaseCandidate) -> Option<ProcessRecord> {
+    let owner = candidate
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Pod" && o.api_version == "v1" && !o.name.is_empty())?;
+    let annotation = |key: &str| {
+        candidate
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    Some(ProcessRecord {
+        pod_name: owner.name.clone(),
+        pod_uid: owner.uid.clone(),
+        container: annotation(CONTAINER_ANNOTATION),
+        container_id: annotation(CONTAINER_ID_ANNOTATION),
+        started: annotation(PROCESS_STARTED_ANNOTATION)
+            .and_then(|v| v.parse::<jiff::Timestamp>().ok())
+            .map(timestamp),
+    })
+}
+
+/// The liveness view of a Pod: its UID and `status.containerStatuses[]` (a Pod without status
+/// has none).
+#[must_use]
+pub fn pod_report(pod: &Pod) -> PodReport {
+    let containers = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|c| {
+            let state = c.state.as_ref();
+            let terminated = state.and_then(|s| s.terminated.as_ref());
+            let started_at = state
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .or_else(|| terminated.and_then(|t| t.started_at.as_ref()))
+                .map(|t| timestamp(t.0));
+            ContainerReport {
+                name: c.name.clone(),
+                container_id: c.container_id.clone().filter(|id| !id.is_empty()),
+                terminated: terminated.is_some(),
+                started_at,
+                last_terminated_id: c
+                    .last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .and_then(|t| t.container_id.clone())
+                    .filter(|id| !id.is_empty()),
+            }
+        })
+        .collect();
+    PodReport::Present {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        containers,
     }
 }
 
@@ -211,6 +286,73 @@ pub fn validate_lease(lease: &Lease) -> Vec<FieldError> {
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
+
+    /// A Pod and a candidate from JSON as the API server serves them; malformed or missing parts
+    /// only prove less, and never panic.
+    #[test]
+    fn pods_and_process_records_read_from_json_without_panicking() {
+        let candidate: LeaseCandidate = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-0-1a2b3c4d", "namespace": "ns",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"},
+                    {"apiVersion": "v1", "kind": "Pod", "name": "web-0", "uid": "u1"}
+                ],
+                "annotations": {
+                    CONTAINER_ANNOTATION: "app",
+                    CONTAINER_ID_ANNOTATION: " abc ",
+                    PROCESS_STARTED_ANNOTATION: "not a time"
+                }
+            },
+            "spec": {"leaseName": "l", "binaryVersion": "1.33.0", "strategy": "S"}
+        }))
+        .unwrap();
+        assert_eq!(
+            process_record(&candidate),
+            Some(ProcessRecord {
+                pod_name: "web-0".into(),
+                pod_uid: "u1".into(),
+                container: Some("app".into()),
+                container_id: Some("abc".into()),
+                started: None,
+            })
+        );
+        let mut bare = candidate.clone();
+        bare.metadata.owner_references = None;
+        assert_eq!(process_record(&bare), None);
+
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0", "namespace": "ns", "uid": "u1"},
+            "status": {"containerStatuses": [{
+                "name": "app", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+                "containerID": "containerd://new",
+                "state": {"running": {"startedAt": "2026-01-01T00:00:10Z"}},
+                "lastState": {"terminated": {"exitCode": 137, "containerID": "containerd://abc"}}
+            }]}
+        }))
+        .unwrap();
+        let PodReport::Present { uid, containers } = pod_report(&pod) else {
+            panic!("present");
+        };
+        assert_eq!(uid, "u1");
+        assert_eq!(
+            containers[0].container_id.as_deref(),
+            Some("containerd://new")
+        );
+        assert_eq!(
+            containers[0].last_terminated_id.as_deref(),
+            Some("containerd://abc")
+        );
+        assert!(!containers[0].terminated);
+        assert!(containers[0].started_at.is_some());
+        assert_eq!(
+            pod_report(&Pod::default()),
+            PodReport::Present {
+                uid: String::new(),
+                containers: Vec::new()
+            }
+        );
+    }
 
     /// The clock advances with the monotonic clock from one wall-clock reading: whatever the
     /// system clock does after the start, a reading 5 s later is 5 s later.

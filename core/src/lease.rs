@@ -64,6 +64,12 @@ pub struct LeaseRecord {
     /// sitting out its elections until a time ([`crate::plan::never_renewed_holder`]); kept by
     /// this controller, not stored in the Lease.
     pub sitting_out: Vec<SitOut>,
+    /// Whether the holder is known dead by pod liveness ([`crate::pod::process_dead`]): the
+    /// kubelet reported that the process behind its LeaseCandidate stopped, and the holder did not
+    /// answer the ping sent when this controller saw that. The Lease then counts as expired
+    /// ([`LeaseRecord::is_expired`]) and its holder takes no part in the election
+    /// ([`crate::plan::considered`]). Kept by this controller, not stored in the Lease.
+    pub holder_dead: bool,
 }
 
 /// A candidate that sits out a Lease's elections: it was written as holder and never renewed the
@@ -137,10 +143,10 @@ impl LeaseRecord {
     }
 
     /// Whether the Lease has expired at `now`: [`LeaseRecord::expires_at`] is before it (upstream:
-    /// `renewTime + duration < now`).
+    /// `renewTime + duration < now`), or its holder is known dead ([`LeaseRecord::holder_dead`]).
     #[must_use]
     pub fn is_expired(&self, now: Timestamp) -> bool {
-        self.expires_at().is_none_or(|at| at < now)
+        (self.holder_dead && self.holder().is_some()) || self.expires_at().is_none_or(|at| at < now)
     }
 
     /// The release this record shows, if this controller watched it: who released the Lease,

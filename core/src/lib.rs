@@ -13,6 +13,7 @@ pub mod election;
 pub mod k8s;
 pub mod lease;
 pub mod plan;
+pub mod pod;
 pub mod prepared;
 pub mod request;
 pub mod step;

@@ -111,6 +111,9 @@ pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Opti
 /// the ping, so nothing says it lives, and waiting out the window put crash failover an ack
 /// window past the expiry of any Lease shorter than two windows (7.2 to 7.6 s after a SIGKILL on
 /// a 5 s Lease). A holder that answers later is a candidate like any other again.
+///
+/// A holder known dead by pod liveness ([`LeaseRecord::holder_dead`]) is left out at once: the
+/// kubelet reported that its process stopped, and it did not answer the ping sent then.
 #[must_use]
 pub fn considered(
     candidates: &[CandidateView],
@@ -128,8 +131,12 @@ pub fn considered(
                 .zip(lease.and_then(LeaseRecord::renewed_at))
                 .is_some_and(|(ping, renewed)| ping >= renewed)
     };
+    let dead_holder = lease
+        .filter(|l| l.holder_dead)
+        .and_then(LeaseRecord::holder);
     candidates
         .iter()
+        .filter(|c| dead_holder != Some(c.name.as_str()))
         .filter(|c| {
             (held && holder == Some(c.name.as_str()))
                 || (liveness(c, now, ack_window) != Liveness::Unresponsive
@@ -1208,6 +1215,7 @@ mod tests {
             released_for: None,
             preemption_held_since: None,
             sitting_out: Vec::new(),
+            holder_dead: false,
         }
     }
 

@@ -630,6 +630,7 @@ mod tests {
             released_for: None,
             preemption_held_since: None,
             sitting_out: Vec::new(),
+            holder_dead: false,
         }
     }
 
@@ -1311,6 +1312,51 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Pod liveness (issue 29): a holder the kubelet reported dead, which did not answer the ping
+    /// sent then, is left out at once, long before its Lease expires, and the next best takes
+    /// the Lease over (pinged first when stale, then written); the same holder alive is kept.
+    #[test]
+    fn a_holder_known_dead_by_pod_liveness_is_replaced_before_its_lease_expires() {
+        let mut held = lease(Some("a"), NOW, None);
+        held.lease_duration_seconds = Some(15);
+        held.observed_renewal = Some(at(NOW));
+        let held = held;
+        let candidates = [
+            CandidateView {
+                emulation_version: "1.30.0".into(),
+                ..cand("a", OEV, Some(NOW - 100), None)
+            },
+            cand("b", OEV, Some(NOW + 1), None),
+        ];
+        let mut input = input(Some(&held), &candidates, Mode::All, false);
+        input.now = at(NOW + 2);
+        assert_eq!(
+            summary(&input, Some("a")),
+            "unchanged",
+            "alive as far as anyone knows: kept"
+        );
+        let dead = LeaseRecord {
+            holder_dead: true,
+            ..held.clone()
+        };
+        input.lease = Some(&dead);
+        let Plan::Decide(election) = plan_step(&input) else {
+            panic!("an election");
+        };
+        let pool: Vec<&str> = election
+            .request()
+            .candidates
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(pool, ["b"], "the dead holder is left out");
+        assert!(election.request().lease.expired, "counts as expired");
+        let Outcome::Write { winner, write, .. } = election.apply_answer(Some("b")) else {
+            panic!("b is fresh: written at once");
+        };
+        assert_eq!((winner.as_str(), write.kind), ("b", WriteKind::TakeOver));
     }
 
     /// Review finding 1 (issue 34): `kubectl delete lease` while a holder leads. The holder sees

@@ -28,7 +28,7 @@ pub struct CandidateArgs {
     #[arg(long, env = "CONCLAVE_CANDIDATE_LEASE")]
     pub lease: String,
     /// This instance's identity: LeaseCandidate name and holderIdentity when leading; default:
-    /// $POD_NAME, else the hostname plus a random suffix.
+    /// $POD_NAME, else the hostname, plus a random suffix drawn per process.
     #[arg(long, env = "CONCLAVE_CANDIDATE_IDENTITY")]
     pub identity: Option<String>,
     /// `spec.binaryVersion` of the LeaseCandidate (e.g. 1.33.0).

@@ -83,6 +83,21 @@ pub struct RunArgs {
     /// get the best of them as first holder; `0s` elects the first to arrive at once.
     #[arg(long, env = "CONCLAVE_FIRST_ELECTION_SETTLE", value_name = "DURATION", default_value = "30ms", value_parser = parse_duration)]
     pub first_election_settle: Duration,
+    /// Pod liveness: watch the Pods that LeaseCandidates name (conclave-candidate in a pod) and
+    /// elect the next candidate as soon as the kubelet reports that the holder's container
+    /// terminated or was replaced, or its Pod was deleted, instead of when its Lease expires.
+    /// Needs get, list and watch on pods; without them, one warning and failover at expiry.
+    #[arg(long, env = "CONCLAVE_POD_LIVENESS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    pub pod_liveness: bool,
+}
+
+/// `on` or `off` (also `true`/`false`), for switches written as `--flag=on`.
+fn parse_on_off(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        other => Err(format!("expected on or off, got {other:?}")),
+    }
 }
 
 /// Namespace of the controller's own Lease outside a pod, when no flag names one: it exists on
@@ -173,6 +188,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         // A pod waits, unready, for the fix to reach it; a user at a shell fixes the flag.
         fail_when_blocked: !in_pod(),
         first_election_settle: conclave_core::step::Settle::after_gap(args.first_election_settle),
+        pod_liveness: args.pod_liveness,
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
@@ -218,5 +234,22 @@ mod tests {
             "conclave-system"
         );
         assert_eq!(resolve(None, None), "kube-system");
+    }
+
+    #[test]
+    fn pod_liveness_is_on_unless_switched_off() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let parse = |extra: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(["run"].iter().chain(extra))
+                .map(|cli| cli.run.pod_liveness)
+        };
+        assert!(parse(&[]).unwrap());
+        assert!(!parse(&["--pod-liveness=off"]).unwrap());
+        assert!(parse(&["--pod-liveness", "on"]).unwrap());
+        assert!(parse(&["--pod-liveness=maybe"]).is_err());
     }
 }

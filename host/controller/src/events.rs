@@ -45,6 +45,9 @@ pub enum EventReason {
     /// A holder was elected and never renewed the Lease before it expired: it sits out the
     /// Lease's elections for a while.
     HolderNeverRenewed,
+    /// The kubelet reported that the holder's process stopped (pod liveness): the next
+    /// candidate is elected without waiting for the Lease to expire.
+    HolderDead,
 }
 
 impl EventReason {
@@ -58,6 +61,7 @@ impl EventReason {
             Self::StrategyConflict => "StrategyConflict",
             Self::UnknownStrategy => "UnknownStrategy",
             Self::HolderNeverRenewed => "HolderNeverRenewed",
+            Self::HolderDead => "HolderDead",
         }
     }
 
@@ -69,7 +73,8 @@ impl EventReason {
             Self::PluginError
             | Self::StrategyConflict
             | Self::UnknownStrategy
-            | Self::HolderNeverRenewed => EventType::Warning,
+            | Self::HolderNeverRenewed
+            | Self::HolderDead => EventType::Warning,
         }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`events`] and [`metrics`]: what an operator sees; candidate garbage collection and detection
 //!   of kube-apiserver's built-in controller (`--mode auto`) are here, `/metrics` `/healthz`
 //!   `/readyz` in `http`;
+//! - [`pods`]: pod liveness: a cache of the Pods candidates name, and the rule that declares a
+//!   holder dead as soon as the kubelet reports that its process stopped (`--pod-liveness`);
 //! - [`status`]: `conclave status`, the same step predicted for every Lease, read-only.
 //!
 //! Only the replica holding the plain Lease `conclave-controller` (taken through
@@ -32,6 +34,7 @@ mod latency;
 pub mod leadership;
 pub mod metrics;
 pub mod own_writes;
+pub mod pods;
 pub mod queue;
 pub mod reconcile;
 pub mod status;
@@ -109,6 +112,10 @@ pub struct ControllerConfig {
     pub fail_when_blocked: bool,
     /// How the first election of a Lease that does not exist waits for its batch of candidates.
     pub first_election_settle: conclave_core::step::Settle,
+    /// Pod liveness ([`pods`]): watch the Pods candidates name, and elect the next candidate as
+    /// soon as the kubelet reports that the holder's process stopped, instead of when its Lease
+    /// expires. Needs `get`, `list` and `watch` on pods; without them it falls back to expiry.
+    pub pod_liveness: bool,
 }
 
 impl ControllerConfig {
@@ -143,6 +150,7 @@ impl Default for ControllerConfig {
             api_timeout: Duration::from_secs(10),
             fail_when_blocked: false,
             first_election_settle: conclave_core::step::Settle::DEFAULT,
+            pod_liveness: true,
         }
     }
 }
@@ -185,6 +193,8 @@ pub struct Context {
     config: ControllerConfig,
     builtin_active: AtomicBool,
     leases: LeaseStates,
+    /// Pod liveness; `None` when `--pod-liveness=off`.
+    pods: Option<Arc<pods::PodLiveness>>,
 }
 
 /// What the active replica tracks per Lease between steps.
@@ -338,6 +348,16 @@ pub async fn run(
     let pings = Arc::new(Pings::new(metrics.pings_acked.clone()));
     let mut tasks = JoinSet::new();
     let caches = Caches::start(&client, &config.namespaces, &queue, &pings, &mut tasks);
+    let pods = config.pod_liveness.then(|| {
+        pods::PodLiveness::start(
+            &client,
+            &config.namespaces,
+            &caches,
+            &queue,
+            config.api_timeout,
+            &mut tasks,
+        )
+    });
     // A graceful stop drains with the Lease still held; see `leadership`.
     let drain_grace = config
         .own_renew_deadline
@@ -360,6 +380,7 @@ pub async fn run(
         config: config.clone(),
         builtin_active: AtomicBool::new(false),
         leases: LeaseStates::default(),
+        pods,
     });
     let readiness = Arc::new(http::Readiness::default());
     if let Some(addr) = config.metrics_addr {
@@ -540,13 +561,17 @@ async fn candidate_gc(ctx: Arc<Context>, token: CancellationToken) {
     }
 }
 
-/// Keeps the `candidates` gauge at the size of the cache, on followers too (they keep the cache
-/// warm but reconcile nothing). Every 2 s, well within any scrape interval.
+/// Keeps the `candidates` gauge at the size of the cache, and the `pod_liveness` gauge at whether
+/// it is in effect, on followers too (they keep the cache warm but reconcile nothing). Every 2 s,
+/// well within any scrape interval.
 async fn count_candidates(ctx: Arc<Context>, shutdown: CancellationToken) {
     loop {
         ctx.metrics
             .candidates
             .set(i64::try_from(ctx.caches.candidate_count()).unwrap_or(i64::MAX));
+        ctx.metrics.pod_liveness.set(i64::from(
+            ctx.pods.as_ref().is_some_and(|pods| pods.available()),
+        ));
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(Duration::from_secs(2)) => {}

@@ -161,6 +161,14 @@ pub struct OperationLabels {
     pub operation: Operation,
 }
 
+/// Labels of a holder declared dead by pod liveness.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeathLabels {
+    /// What proved it: `pod_gone`, `pod_replaced`, `container_terminated` or
+    /// `container_replaced` ([`conclave_core::pod::Death::label`]).
+    pub reason: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -197,6 +205,11 @@ pub struct Metrics {
     pub gc_deletions: Counter,
     /// Holders that never renewed the Lease they were given, set aside from its elections.
     pub holders_never_renewed: Counter,
+    /// Holders declared dead by pod liveness before their Lease expired, by what proved it.
+    pub holders_dead: Family<DeathLabels, Counter>,
+    /// Whether pod liveness is in effect (1), or off or unavailable (0: the flag, or the API
+    /// server does not serve Pods to this controller).
+    pub pod_liveness: Gauge,
     /// API writes by operation and result.
     pub writes: Family<WriteLabels, Counter>,
     /// Writes not sent because this replica no longer leads, by operation.
@@ -222,6 +235,8 @@ impl Metrics {
             candidates: Gauge::default(),
             gc_deletions: Counter::default(),
             holders_never_renewed: Counter::default(),
+            holders_dead: Family::default(),
+            pod_liveness: Gauge::default(),
             writes: Family::default(),
             writes_dropped: Family::default(),
             active: Gauge::default(),
@@ -292,6 +307,17 @@ impl Metrics {
             "Holders elected that never renewed the Lease before it expired, set aside from its \
              elections",
             metrics.holders_never_renewed.clone(),
+        );
+        r.register(
+            "holders_dead",
+            "Holders declared dead by pod liveness (the kubelet reported their container \
+             terminated or replaced, or their Pod was deleted) before their Lease expired",
+            metrics.holders_dead.clone(),
+        );
+        r.register(
+            "pod_liveness",
+            "Whether pod liveness is in effect (1) or off or unavailable (0)",
+            metrics.pod_liveness.clone(),
         );
         r.register(
             "api_writes",

@@ -6,7 +6,8 @@ use super::Context;
 use super::events::EventReason;
 use super::key::{CandidateKey, LeaseKey};
 use super::latency::Progress;
-use super::metrics::{ElectionOutcome, PluginErrorLabels, StrategyLabels};
+use super::metrics::{DeathLabels, ElectionOutcome, PluginErrorLabels, StrategyLabels};
+use super::pods::{PodLiveness, Verdict};
 use super::writer::WriteError;
 use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candidate};
 use conclave_core::lease::{LeaseRecord, Release};
@@ -16,6 +17,7 @@ use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepInput, plan_s
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// What the worker does with the key after a step.
@@ -103,11 +105,95 @@ async fn step(
     lease_obj: Option<&Lease>,
 ) -> Result<(Next, Progress), StepError> {
     let now = now();
-    let lease = lease_obj.map(|lease| {
+    let mut lease = lease_obj.map(|lease| {
         let mut record = lease_record(lease);
         ctx.caches.annotate(key, &mut record, now);
         record
     });
+    let pod_recheck = match (&ctx.pods, lease.as_mut()) {
+        (Some(pods), Some(record)) => pod_liveness(ctx, pods, key, lease_obj, record, now).await?,
+        _ => None,
+    };
+    elect(ctx, key, lease_obj, lease, now)
+        .await
+        .map(|(next, progress)| (next.or_at(pod_recheck), progress))
+}
+
+/// Pod liveness for the holder of `record` ([`super::pods`]): pings a holder the kubelet just
+/// reported dead, and marks it dead ([`LeaseRecord::holder_dead`]) once it has not answered
+/// within the grace, with a `HolderDead` Event the first time. Returns when to look again.
+async fn pod_liveness(
+    ctx: &Context,
+    pods: &PodLiveness,
+    key: &LeaseKey,
+    lease_obj: Option<&Lease>,
+    record: &mut LeaseRecord,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, StepError> {
+    match pods.check(&ctx.caches, key, record, now).await {
+        Verdict::Alive => Ok(None),
+        Verdict::Reported {
+            holder,
+            death,
+            recheck_at,
+            ping,
+        } => {
+            tracing::info!(%holder, death = death.label(), "{}; pinging the holder before electing the next candidate", death.describe());
+            if ping
+                && let Some(object) = ctx
+                    .caches
+                    .candidate(&CandidateKey::new(&key.namespace, &holder))
+                && ctx
+                    .writer
+                    .ping_all(&[object], now, Duration::ZERO, None)
+                    .await
+                    .is_err()
+            {
+                // Not asked: the report is looked at afresh, and the holder pinged, next time.
+                pods.forget(key);
+                return Err(StepError::Retry);
+            }
+            Ok(Some(recheck_at))
+        }
+        Verdict::Waiting { recheck_at } => Ok(Some(recheck_at)),
+        Verdict::Dead {
+            holder,
+            death,
+            first,
+        } => {
+            record.holder_dead = true;
+            if first {
+                ctx.metrics
+                    .holders_dead
+                    .get_or_create(&DeathLabels {
+                        reason: death.label().to_owned(),
+                    })
+                    .inc();
+                tracing::warn!(%holder, death = death.label(), "the holder is dead: {} and it did not answer a ping; electing the next candidate before its Lease expires", death.describe());
+                ctx.events.publish(
+                    lease_obj,
+                    key,
+                    EventReason::HolderDead,
+                    format!(
+                        "{holder} is dead: {} and it did not answer a ping; electing the next \
+                         candidate without waiting for the Lease to expire",
+                        death.describe()
+                    ),
+                );
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The election proper: plan, ask the strategy, apply its answer.
+async fn elect(
+    ctx: &Arc<Context>,
+    key: &LeaseKey,
+    lease_obj: Option<&Lease>,
+    lease: Option<LeaseRecord>,
+    now: Timestamp,
+) -> Result<(Next, Progress), StepError> {
     let candidates = valid_candidates(ctx, key);
     let plan = {
         let decider = &ctx.decider;
@@ -447,4 +533,16 @@ async fn write_lease(
 /// Looks again at `at`, or waits for an event.
 fn next_at(at: Option<Timestamp>) -> Next {
     at.map_or(Next::Idle, Next::At)
+}
+
+impl Next {
+    /// This, or looking again at `at` if that is sooner (a retry stays a retry).
+    #[must_use]
+    pub fn or_at(self, at: Option<Timestamp>) -> Self {
+        match (self, at) {
+            (next, None) | (next @ Self::Retry, _) => next,
+            (Self::Idle, Some(at)) => Self::At(at),
+            (Self::At(mine), Some(at)) => Self::At(mine.min(at)),
+        }
+    }
 }

@@ -74,7 +74,7 @@ pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
     let resources: Vec<Value> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
-        .map(|r| {
+        .flat_map(|r| {
             let mut v = json!({
                 "name": r.plural,
                 "singularName": r.singular,
@@ -85,7 +85,17 @@ pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
             if !r.short_names.is_empty() {
                 v["shortNames"] = json!(r.short_names);
             }
-            v
+            let mut entries = vec![v];
+            if r.status_subresource {
+                entries.push(json!({
+                    "name": format!("{}/status", r.plural),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
+            entries
         })
         .collect();
     let group_version = if group.is_empty() {

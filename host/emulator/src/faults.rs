@@ -31,6 +31,23 @@ pub enum Verb {
     DeleteCollection,
 }
 
+impl Verb {
+    /// The verb as RBAC names it (`get`, `list`, `deletecollection`, ...).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
 /// How an injected failure answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -46,6 +63,9 @@ pub enum Failure {
     /// test can make a writer lose a race it would otherwise win. Meant for writes (create,
     /// update, patch, delete); the object named is the one in the URL, or in a create's body.
     Conflict,
+    /// 403 Forbidden, worded as kube-apiserver's authorizer words a refusal for the user
+    /// `system:serviceaccount:test:test`, so a test can play RBAC that does not allow a verb.
+    Forbidden,
 }
 
 #[derive(Debug)]
@@ -184,6 +204,7 @@ impl Faults {
                 retry_after_seconds,
             }) => Err(ApiError::too_many_requests(retry_after_seconds)),
             Some(Failure::Conflict) => Err(ApiError::conflict(res, &name())),
+            Some(Failure::Forbidden) => Err(ApiError::forbidden(res, verb)),
         }
     }
 }

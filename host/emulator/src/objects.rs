@@ -98,6 +98,7 @@ pub(crate) fn normalize(res_id: usize, body: Value) -> Result<(Value, Vec<String
     let output = match (res.group, res.plural) {
         ("", "namespaces") => round_trip::<api::core::v1::Namespace>(res, &input)?,
         ("", "events") => round_trip::<api::core::v1::Event>(res, &input)?,
+        ("", "pods") => round_trip::<api::core::v1::Pod>(res, &input)?,
         ("coordination.k8s.io", "leases") => {
             round_trip::<api::coordination::v1::Lease>(res, &input)?
         }

@@ -24,6 +24,9 @@ pub(crate) struct ResourceInfo {
     pub allow_unconditional_update: bool,
     /// Field selectors beyond `metadata.name` and `metadata.namespace`.
     pub extra_field_selectors: &'static [&'static str],
+    /// Whether `status` is a subresource (`.../NAME/status`): writes to the object keep the
+    /// stored status, writes to the subresource change only the status.
+    pub status_subresource: bool,
 }
 
 /// Field selectors the events resources accept, in addition to the metadata ones.
@@ -62,6 +65,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: false,
         allow_unconditional_update: true,
         extra_field_selectors: &["status.phase"],
+        status_subresource: false,
     },
     ResourceInfo {
         group: "",
@@ -74,6 +78,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         allow_unconditional_update: true,
         extra_field_selectors: EVENT_FIELDS,
+        status_subresource: false,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -86,6 +91,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         allow_unconditional_update: false,
         extra_field_selectors: &[],
+        status_subresource: false,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -98,6 +104,22 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         allow_unconditional_update: false,
         extra_field_selectors: &["spec.leaseName"],
+        status_subresource: false,
+    },
+    // Pods as far as an election controller reads them: the kubelet's report in the status
+    // subresource (written by tests as a kubelet would), finalizers for a deletion in progress.
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+        allow_create_on_update: false,
+        allow_unconditional_update: true,
+        extra_field_selectors: &["spec.nodeName", "status.phase"],
+        status_subresource: true,
     },
     ResourceInfo {
         group: "events.k8s.io",
@@ -110,6 +132,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         allow_unconditional_update: true,
         extra_field_selectors: EVENT_FIELDS,
+        status_subresource: false,
     },
 ];
 

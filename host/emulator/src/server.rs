@@ -100,6 +100,32 @@ struct Target {
     res: usize,
     namespace: Option<String>,
     name: Option<String>,
+    /// Whether the path names the object's status subresource (`.../NAME/status`).
+    status: bool,
+}
+
+/// The object a write to a resource with a status subresource stores, from the `live` one and
+/// the `written` one: a write to the status subresource changes only the status (with the
+/// resourceVersion it names as precondition), a write to the object everything but the status,
+/// as kube-apiserver's status strategies do.
+fn scoped_write(live: &Value, mut written: Value, status: bool) -> Value {
+    if status {
+        let mut out = live.clone();
+        out["status"] = written.get("status").cloned().unwrap_or(Value::Null);
+        let rv = meta_str(&written, "resourceVersion").to_string();
+        objects::meta_mut(&mut out).insert("resourceVersion".into(), json!(rv));
+        out
+    } else {
+        match live.get("status") {
+            Some(kept) => written["status"] = kept.clone(),
+            None => {
+                if let Some(obj) = written.as_object_mut() {
+                    obj.remove("status");
+                }
+            }
+        }
+        written
+    }
 }
 
 /// Parses the part of a path after `/api/v1` or `/apis/g/v`.
@@ -110,12 +136,14 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
             res: find(plural)?,
             namespace: None,
             name: None,
+            status: false,
         }),
         ["namespaces", ns, plural] if find(plural).is_some_and(|r| RESOURCES[r].namespaced) => {
             Some(Target {
                 res: find(plural)?,
                 namespace: Some((*ns).to_string()),
                 name: None,
+                status: false,
             })
         }
         [plural, name] => {
@@ -124,6 +152,7 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
                 res,
                 namespace: None,
                 name: Some((*name).to_string()),
+                status: false,
             })
         }
         ["namespaces", ns, plural, name] => {
@@ -132,6 +161,16 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
                 res,
                 namespace: Some((*ns).to_string()),
                 name: Some((*name).to_string()),
+                status: false,
+            })
+        }
+        ["namespaces", ns, plural, name, "status"] => {
+            let res = find(plural)?;
+            (RESOURCES[res].namespaced && RESOURCES[res].status_subresource).then(|| Target {
+                res,
+                namespace: Some((*ns).to_string()),
+                name: Some((*name).to_string()),
+                status: true,
             })
         }
         _ => None,
@@ -191,6 +230,9 @@ async fn route(
         (Method::DELETE, false) if target.res != NAMESPACES => Verb::DeleteCollection,
         _ => return Err(ApiError::method_not_allowed()),
     };
+    if target.status && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch) {
+        return Err(ApiError::method_not_allowed());
+    }
     // kube-apiserver serves only list and watch on the all-namespaces path of a namespaced
     // resource: a create there has no namespace, and a delete there would empty every one.
     if matches!(verb, Verb::Create | Verb::DeleteCollection)
@@ -613,14 +655,32 @@ impl Handler<'_> {
             )));
         }
         let manager = self.manager()?;
-        let (created, obj) = self.app.store.replace(
-            self.target.res,
-            self.ns(),
-            self.name(),
-            obj,
-            &manager,
-            commit,
-        )?;
+        let info = &RESOURCES[self.target.res];
+        let (created, obj) = if info.status_subresource {
+            // The stored object decides what of the body is kept, so it is read under the
+            // store's lock; such resources are not created by PUT.
+            let status = self.target.status;
+            self.app.store.modify(
+                self.target.res,
+                self.ns(),
+                self.name(),
+                |live| {
+                    let live = live.ok_or_else(|| ApiError::not_found(info, self.name()))?;
+                    Ok((scoped_write(live, obj, status), Writer::Update("")))
+                },
+                &manager,
+                commit,
+            )?
+        } else {
+            self.app.store.replace(
+                self.target.res,
+                self.ns(),
+                self.name(),
+                obj,
+                &manager,
+                commit,
+            )?
+        };
         let code = if created {
             StatusCode::CREATED
         } else {
@@ -693,7 +753,13 @@ impl Handler<'_> {
                 |live| {
                     let now = objects::now_rfc3339();
                     fields::apply(live, &config, &manager, force, &api_version, &now)
-                        .map(|merged| (merged, Writer::Apply))
+                        .map(|merged| match live {
+                            Some(live) if info.status_subresource => (
+                                scoped_write(live, merged, self.target.status),
+                                Writer::Apply,
+                            ),
+                            _ => (merged, Writer::Apply),
+                        })
                         .map_err(|c| ApiError::apply_conflict(&c.0))
                 },
                 &manager,
@@ -710,6 +776,11 @@ impl Handler<'_> {
                     let live = live.ok_or_else(|| ApiError::not_found(info, &name))?;
                     let patched = patch::apply_patch(kind, live, body)?;
                     let obj = self.normalize(patched, &mut unknown_warnings)?;
+                    let obj = if info.status_subresource {
+                        scoped_write(live, obj, self.target.status)
+                    } else {
+                        obj
+                    };
                     Ok((obj, Writer::Update("")))
                 },
                 &manager,

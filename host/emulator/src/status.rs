@@ -263,6 +263,24 @@ impl ApiError {
         e
     }
 
+    /// 403 Forbidden for `verb` on `res` at cluster scope, injected by faults (RBAC refusing).
+    pub fn forbidden(res: &ResourceInfo, verb: crate::faults::Verb) -> Self {
+        let verb = verb.as_str();
+        let mut e = Self::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{resource} is forbidden: User \"system:serviceaccount:test:test\" cannot {verb} \
+                 resource \"{plural}\" in API group \"{group}\" at the cluster scope",
+                resource = res.group_resource(),
+                plural = res.plural,
+                group = res.group,
+            ),
+        );
+        e.details = Some(json!({ "group": res.group, "kind": res.plural }));
+        e
+    }
+
     /// 500 InternalError, injected by faults.
     pub fn internal(message: impl Into<String>) -> Self {
         let message = format!("Internal error occurred: {}", message.into());

@@ -445,6 +445,11 @@ impl Store {
             obj["spec"] = json!({ "finalizers": ["kubernetes"] });
             obj["status"] = json!({ "phase": "Active" });
         }
+        // As kube-apiserver's pod strategy: a new Pod's status is the server's, not the client's
+        // (the kubelet writes it later through the status subresource).
+        if info.status_subresource {
+            obj["status"] = json!({ "phase": "Pending" });
+        }
         objects::validate(res, &obj, None)?;
         let k = key(res, ns, &name);
         if st.objects.contains_key(&k) {

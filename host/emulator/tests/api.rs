@@ -895,3 +895,80 @@ async fn dry_run_writes_answer_but_store_nothing() {
     );
     assert_eq!(leases.get("l").await.unwrap(), stored);
 }
+
+/// Pods as a kubelet and an election controller use them: the server sets a new Pod's status,
+/// the status subresource changes only the status (with a resourceVersion precondition), a
+/// write to the Pod keeps the status, a watch sees each change, and a Pod with a finalizer is
+/// only marked for deletion.
+#[tokio::test]
+async fn pods_have_a_status_subresource_written_as_a_kubelet_writes_it() {
+    use k8s_openapi::api::core::v1::Pod;
+    let (_emulator, client) = common::start().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-0", "finalizers": ["test.conclave.dev/hold"]},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(
+        created.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending"),
+        "a client's status is not taken at creation"
+    );
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        "name": "app", "image": "app:1", "imageID": "", "ready": true, "restartCount": 0,
+        "containerID": "containerd://aaaa",
+        "state": {"running": {"startedAt": "2026-12-04T10:00:00Z"}}
+    }]}});
+    let running = pods
+        .patch_status("web-0", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let statuses = running.status.clone().unwrap().container_statuses.unwrap();
+    assert_eq!(
+        statuses[0].container_id.as_deref(),
+        Some("containerd://aaaa")
+    );
+    assert_eq!(
+        running.spec, created.spec,
+        "the status subresource changes only the status"
+    );
+
+    // A write to the Pod keeps the status; one to the status with a stale resourceVersion is a
+    // conflict.
+    let mut relabelled = running.clone();
+    relabelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+    relabelled.status = None;
+    let relabelled = pods
+        .replace("web-0", &PostParams::default(), &relabelled)
+        .await
+        .unwrap();
+    assert_eq!(relabelled.status, running.status);
+    let (code, _, _) = api_code(
+        pods.replace_status("web-0", &PostParams::default(), &running)
+            .await,
+    );
+    assert_eq!(code, 409);
+    let fetched = pods.get_status("web-0").await.unwrap();
+    assert_eq!(fetched.status, running.status);
+
+    // Deleted with a finalizer: marked, still there; then gone once the finalizer is removed.
+    pods.delete("web-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = pods.get("web-0").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    pods.patch(
+        "web-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("web-0").await.unwrap().is_none());
+
+    let listed = pods.list(&ListParams::default()).await.unwrap();
+    assert!(listed.items.is_empty());
+}

@@ -21,7 +21,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -135,8 +135,8 @@ const COORDINATION: &str = "coordination.k8s.io";
 const TEAM: &str = "team-a";
 
 /// What `conclave run` does: watch all Leases and LeaseCandidates, create and update Leases,
-/// ping (update) and garbage-collect (delete) LeaseCandidates, record Events, and keep its own
-/// `conclave-controller` Lease.
+/// ping (update) and garbage-collect (delete) LeaseCandidates, record Events, read Pods (pod
+/// liveness), and keep its own `conclave-controller` Lease.
 const ALLOWED: &[Access] = &[
     access("list", COORDINATION, "leases", ""),
     access("watch", COORDINATION, "leases", ""),
@@ -151,6 +151,9 @@ const ALLOWED: &[Access] = &[
     access("delete", COORDINATION, "leasecandidates", TEAM),
     access("create", "events.k8s.io", "events", TEAM),
     access("patch", "events.k8s.io", "events", TEAM),
+    access("list", "", "pods", ""),
+    access("watch", "", "pods", ""),
+    access("get", "", "pods", TEAM),
     Access {
         name: Some(HA_LEASE),
         ..access("update", COORDINATION, "leases", RELEASE_NAMESPACE)
@@ -158,14 +161,29 @@ const ALLOWED: &[Access] = &[
     access("create", COORDINATION, "leases", RELEASE_NAMESPACE),
 ];
 
-/// What it must not do: read Secrets or anything else, delete or patch Leases, create
+/// What it must not do: read Secrets or anything else, write Pods, delete or patch Leases, create
 /// candidates, mint tokens, escalate, impersonate, touch its own Deployment.
 const DENIED: &[Access] = &[
     access("get", "", "secrets", RELEASE_NAMESPACE),
     access("list", "", "secrets", ""),
     access("watch", "", "secrets", "kube-system"),
     access("get", "", "configmaps", RELEASE_NAMESPACE),
-    access("list", "", "pods", ""),
+    access("create", "", "pods", TEAM),
+    access("update", "", "pods", TEAM),
+    access("patch", "", "pods", TEAM),
+    access("delete", "", "pods", TEAM),
+    Access {
+        subresource: Some("status"),
+        ..access("patch", "", "pods", TEAM)
+    },
+    Access {
+        subresource: Some("eviction"),
+        ..access("create", "", "pods", TEAM)
+    },
+    Access {
+        subresource: Some("exec"),
+        ..access("create", "", "pods", TEAM)
+    },
     access("list", "", "namespaces", ""),
     access("delete", COORDINATION, "leases", TEAM),
     access("deletecollection", COORDINATION, "leases", TEAM),
@@ -317,6 +335,17 @@ async fn chart_service_account_may_do_exactly_what_the_controller_needs() {
     assert!(is_forbidden(
         Api::<ConfigMap>::namespaced(sa.clone(), &ns)
             .list(&ListParams::default())
+            .await
+    ));
+
+    // Pods: read everywhere (pod liveness), never written.
+    Api::<Pod>::all(sa.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing Pods cluster-wide as the ServiceAccount");
+    assert!(is_forbidden(
+        Api::<Pod>::namespaced(sa.clone(), &ns)
+            .delete("any", &DeleteParams::default())
             .await
     ));
 

@@ -7,7 +7,11 @@ The rules for managing coordinated Leases, exactly what `conclave run` does and 
 - Events (events.k8s.io/v1, through kube-runtime's Recorder): Elected, Preempted,
   StrategyConflict, PluginError on Leases; patch bumps the series count of a repeated event.
   Core (v1) Events are not used, so not granted.
-Nothing else: no Secrets, ConfigMaps, Pods or Namespaces.
+- Pods: read only (get/list/watch), for pod liveness (`--pod-liveness`, on by default): the
+  kubelet's report that a holder's container terminated, or its Pod's deletion, fails over
+  before the Lease expires. Never written. Without it the controller logs one warning and
+  fails over at expiry.
+Nothing else: no Secrets, ConfigMaps or Namespaces.
 */}}
 {{- define "conclave.managedLeaseRules" -}}
 - apiGroups: ["coordination.k8s.io"]
@@ -19,4 +23,7 @@ Nothing else: no Secrets, ConfigMaps, Pods or Namespaces.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
 {{- end -}}

@@ -1,0 +1,594 @@
+//! Pod liveness (`--pod-liveness`, on by default): fail over as soon as the kubelet reports that
+//! the holder's process stopped, instead of when its Lease expires.
+//!
+//! A `conclave-candidate` running in a pod names its Pod in an ownerReference of its
+//! LeaseCandidate and records its container (name, ID, process start) in annotations
+//! ([`conclave_core::pod`]). This module keeps a cache of the Pods in the watched namespaces,
+//! slimmed to what liveness reads (name, UID, `status.containerStatuses[]`), and for a holder
+//! whose Lease has not expired asks [`conclave_core::pod::process_dead`] whether the Pod proves
+//! that the holder's process stopped: the Pod is gone (confirmed by a GET answering NotFound)
+//! or replaced by another of the same name, the recorded container is reported terminated, or
+//! another instance of it started after the process did.
+//!
+//! What happens then ([`PodLiveness::check`]):
+//! 1. the first time the evidence is seen, the holder's LeaseCandidate is pinged (unless a ping is
+//!    already outstanding);
+//! 2. if the holder answers a ping sent since, it lives whatever the report says: it keeps its
+//!    Lease, and the rule does not fire for it again on this evidence;
+//! 3. otherwise, [`ANSWER_GRACE`] after the evidence was seen, the holder is declared dead
+//!    ([`conclave_core::lease::LeaseRecord::holder_dead`]): the Lease counts as expired and the
+//!    holder takes no part, so the step elects the next candidate as at expiry (ping it if it is
+//!    stale, write it once it answers), with a `HolderDead` Event and
+//!    `conclave_holders_dead{reason}`.
+//!
+//! Why this is safe: the kubelet reports a container terminated only after its runtime saw the
+//! container's init process exit, and the whole container (its PID namespace) is killed with
+//! it; a Pod object deleted for good has no running containers left (its kubelet finished the
+//! graceful termination first, or the Pod was force-deleted, which an operator does only for a
+//! node known dead). The kubelet's opposite mistake (a dead container still shown running, a
+//! status not updated because the node is down) only delays failover to the Lease's expiry, as
+//! before. Nothing that merely looks unhealthy counts: a node NotReady, phase `Unknown`, a
+//! `deletionTimestamp` with its grace period running, `lastState` of an earlier container. A
+//! holder that answers the ping is never replaced by this rule, so a wrong record (a container
+//! ID read wrongly) cannot take a live leader's Lease away either, unless it also fails to
+//! answer within [`ANSWER_GRACE`].
+//!
+//! The watch: the API has no projection of a Pod to its metadata and status (metadata-only
+//! watches carry no status), and a label selector would need a label on the component's Pods,
+//! which the controller does not own. One field-selected watch per holder's Pod would cost one
+//! watch per Lease. So the Pods of the watched namespaces are listed and watched as they are,
+//! and slimmed before they enter the cache ([`slim_pod`]); in a namespace with many Pods that
+//! are not candidates, `--namespace` bounds what is watched. When the API server does not serve
+//! Pods to the controller (RBAC without `list`/`watch` on pods, a server without core/v1 Pods),
+//! one warning is logged and failover waits for expiry, as with `--pod-liveness=off`.
+
+use super::LeaseKey;
+use super::cache::Caches;
+use super::key::CandidateKey;
+use super::queue::WorkQueue;
+use conclave_core::k8s::{candidate_view, pod_report, process_record};
+use conclave_core::lease::LeaseRecord;
+use conclave_core::pod::{Death, PodReport, process_dead};
+use conclave_core::time::Timestamp;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// How long a holder reported dead has to answer the ping sent when the report was seen before
+/// it is declared dead. A live `conclave-candidate` answers within one watch event and one
+/// write (milliseconds); a dead one never does, so this only bounds how long a wrong report
+/// could be believed, and adds to the failover time.
+pub const ANSWER_GRACE: Duration = Duration::from_millis(500);
+
+/// The Pod cache of one watched scope.
+struct Scope {
+    namespace: Option<String>,
+    pods: Store<Pod>,
+    /// Set once the first list completed.
+    ready: Arc<AtomicBool>,
+    /// Cleared when the API server does not serve Pods to this controller.
+    available: Arc<AtomicBool>,
+}
+
+/// A holder reported dead, per Lease.
+#[derive(Debug, Clone)]
+struct Reported {
+    holder: String,
+    death: Death,
+    /// When this controller first saw the report.
+    seen_at: Timestamp,
+    /// Pings sent at or after this time count as asked since the report.
+    asked_since: Timestamp,
+    /// Whether the holder answered since (it lives: the report is not acted on).
+    answered: bool,
+    /// Whether the `HolderDead` Event was published.
+    declared: bool,
+}
+
+/// What [`PodLiveness::check`] found about a Lease's holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No evidence (or pod liveness is off or unavailable): wait for expiry as usual.
+    Alive,
+    /// Reported dead, just now: ping the holder, look again at the time given.
+    Reported {
+        /// The holder.
+        holder: String,
+        /// What proved it.
+        death: Death,
+        /// When to look again (the end of [`ANSWER_GRACE`]).
+        recheck_at: Timestamp,
+        /// Whether its LeaseCandidate needs the ping (none outstanding).
+        ping: bool,
+    },
+    /// Reported dead, the grace not over yet: look again then.
+    Waiting {
+        /// When to look again.
+        recheck_at: Timestamp,
+    },
+    /// Dead: elect the next candidate. `first` the first time (Event, metric, log).
+    Dead {
+        /// The holder.
+        holder: String,
+        /// What proved it.
+        death: Death,
+        /// Whether it was declared dead in this step (for the first time).
+        first: bool,
+    },
+}
+
+/// The Pod caches and what pod liveness has seen per Lease.
+pub struct PodLiveness {
+    client: Client,
+    scopes: Vec<Scope>,
+    reports: Reports,
+    api_timeout: Duration,
+}
+
+/// The holders reported dead, per Lease, and the verdicts on them (no I/O: unit-tested by
+/// feeding it reports and candidates).
+#[derive(Default)]
+struct Reports(Mutex<HashMap<LeaseKey, Reported>>);
+
+/// Drops everything of a Pod but what liveness reads: its name, namespace, UID and
+/// resourceVersion, and per container the name, containerID, state and lastState.
+pub fn slim_pod(pod: &mut Pod) {
+    let meta = &mut pod.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    pod.spec = None;
+    pod.status = pod.status.take().map(|status| PodStatus {
+        container_statuses: status.container_statuses.map(|statuses| {
+            statuses
+                .into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    container_id: c.container_id,
+                    state: c.state,
+                    last_state: c.last_state,
+                    restart_count: c.restart_count,
+                    ready: c.ready,
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
+
+impl PodLiveness {
+    /// Starts a Pod cache per scope (`namespaces` empty = cluster-wide) on `tasks`. Each scope
+    /// first checks that Pods can be listed; if the API server refuses (403, 404), it logs one
+    /// warning and stays unavailable. Pod changes enqueue the Leases whose candidates name the
+    /// Pod.
+    pub fn start(
+        client: &Client,
+        namespaces: &[String],
+        caches: &Caches,
+        queue: &WorkQueue,
+        api_timeout: Duration,
+        tasks: &mut JoinSet<()>,
+    ) -> Arc<Self> {
+        let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+            vec![None]
+        } else {
+            namespaces.iter().cloned().map(Some).collect()
+        };
+        let warned = Arc::new(AtomicBool::new(false));
+        let mut built = Vec::new();
+        for namespace in scopes {
+            let api: Api<Pod> = match &namespace {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            let (pods, writer) = reflector::store();
+            let ready = Arc::new(AtomicBool::new(false));
+            let available = Arc::new(AtomicBool::new(true));
+            let (r, a, w, c, q, scope) = (
+                ready.clone(),
+                available.clone(),
+                warned.clone(),
+                caches.clone(),
+                queue.clone(),
+                namespace.clone(),
+            );
+            tasks.spawn(async move {
+                if let Err(error) = api.list(&ListParams::default().limit(1)).await
+                    && refused(&error)
+                {
+                    a.store(false, Ordering::Relaxed);
+                    warn_unavailable(&w, scope.as_deref(), &error);
+                    return;
+                }
+                let events = reflector::reflector(
+                    writer,
+                    watcher(api, watcher::Config::default()).modify(slim_pod),
+                )
+                .default_backoff();
+                follow(events, &r, &c, &q).await;
+            });
+            built.push(Scope {
+                namespace,
+                pods,
+                ready,
+                available,
+            });
+        }
+        Arc::new(Self {
+            client: client.clone(),
+            scopes: built,
+            reports: Reports::default(),
+            api_timeout,
+        })
+    }
+
+    /// Whether every scope serves Pods (false once the API server refused them).
+    #[must_use]
+    pub fn available(&self) -> bool {
+        self.scopes
+            .iter()
+            .all(|s| s.available.load(Ordering::Relaxed))
+    }
+
+    fn scope(&self, namespace: &str) -> Option<&Scope> {
+        self.scopes
+            .iter()
+            .find(|s| s.namespace.as_deref().is_none_or(|ns| ns == namespace))
+    }
+
+    /// What the Pod named `name` in `namespace` shows: the cached one; when none is cached, a
+    /// GET confirms that it is gone (a Pod created after the last relist may be missing from
+    /// the cache). `None`: not known (cache not synced, Pods unavailable, the GET failed).
+    async fn report(&self, namespace: &str, name: &str) -> Option<PodReport> {
+        let scope = self.scope(namespace)?;
+        if !scope.available.load(Ordering::Relaxed) || !scope.ready.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(pod) = scope.pods.get(&ObjectRef::new(name).within(namespace)) {
+            return Some(pod_report(&pod));
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(self.api_timeout, api.get_opt(name)).await {
+            Ok(Ok(None)) => Some(PodReport::Gone),
+            Ok(Ok(Some(pod))) => Some(pod_report(&pod)),
+            Ok(Err(error)) => {
+                tracing::debug!(pod = %format!("{namespace}/{name}"), %error, "reading a holder's Pod");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Whether the holder of `lease` (the Lease `key`, read at `now`) is known dead, and what to
+    /// do about it (see the module docs). Only an unexpired Lease with a holder whose
+    /// LeaseCandidate names its Pod is looked at.
+    pub async fn check(
+        &self,
+        caches: &Caches,
+        key: &LeaseKey,
+        lease: &LeaseRecord,
+        now: Timestamp,
+    ) -> Verdict {
+        let Some(holder) = lease.holder().filter(|_| !lease.is_expired(now)) else {
+            self.forget(key);
+            return Verdict::Alive;
+        };
+        let candidate = caches.candidate(&CandidateKey::new(&key.namespace, holder));
+        let Some((candidate, record)) =
+            candidate.and_then(|c| process_record(&c).map(|record| (c, record)))
+        else {
+            self.forget(key);
+            return Verdict::Alive;
+        };
+        let death = match self.report(&key.namespace, &record.pod_name).await {
+            Some(report) => process_dead(&record, &report),
+            None => None,
+        };
+        let Some(death) = death else {
+            self.forget(key);
+            return Verdict::Alive;
+        };
+        self.reports.judge(key, holder, death, &candidate, now)
+    }
+
+    /// Forgets what was reported about the holder of `key` (it changed, or the report went
+    /// away).
+    pub fn forget(&self, key: &LeaseKey) {
+        self.reports.forget(key);
+    }
+}
+
+impl Reports {
+    /// The verdict on `holder`, reported dead by `death`, given its LeaseCandidate as cached.
+    fn judge(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+        death: Death,
+        candidate: &LeaseCandidate,
+        now: Timestamp,
+    ) -> Verdict {
+        let view = candidate_view(candidate);
+        let outstanding = view
+            .ping_time
+            .filter(|ping| view.renew_time.is_none_or(|renew| renew < *ping));
+        let mut reports = super::lock(&self.0);
+        // The first report about this holder stands (a later one, say its Pod deleted after its
+        // container terminated, does not restart the grace).
+        let reported = reports.get(key).filter(|r| r.holder == holder);
+        let Some(reported) = reported.cloned() else {
+            let recheck_at = now + ANSWER_GRACE;
+            reports.insert(
+                key.clone(),
+                Reported {
+                    holder: holder.to_owned(),
+                    death,
+                    seen_at: now,
+                    asked_since: outstanding.map_or(now, |ping| ping.min(now)),
+                    answered: false,
+                    declared: false,
+                },
+            );
+            return Verdict::Reported {
+                holder: holder.to_owned(),
+                death,
+                recheck_at,
+                ping: outstanding.is_none(),
+            };
+        };
+        let answered = reported.answered
+            || view
+                .ping_time
+                .zip(view.renew_time)
+                .is_some_and(|(ping, renew)| ping >= reported.asked_since && renew >= ping);
+        if answered {
+            if !reported.answered {
+                let death = reported.death;
+                tracing::warn!(%holder, death = death.label(), "the holder answered its ping although {}; it keeps its Lease", death.describe());
+                if let Some(r) = reports.get_mut(key) {
+                    r.answered = true;
+                }
+            }
+            return Verdict::Alive;
+        }
+        let recheck_at = reported.seen_at + ANSWER_GRACE;
+        if now < recheck_at {
+            return Verdict::Waiting { recheck_at };
+        }
+        if let Some(r) = reports.get_mut(key) {
+            r.declared = true;
+        }
+        Verdict::Dead {
+            holder: holder.to_owned(),
+            death: reported.death,
+            first: !reported.declared,
+        }
+    }
+
+    fn forget(&self, key: &LeaseKey) {
+        super::lock(&self.0).remove(key);
+    }
+}
+
+/// Whether an API error means Pods are not served to this controller (RBAC, no such resource),
+/// which retrying does not fix.
+fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if matches!(status.code, 401 | 403 | 404 | 405))
+}
+
+fn warn_unavailable(warned: &AtomicBool, namespace: Option<&str>, error: &kube::Error) {
+    if warned.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        namespace = namespace.unwrap_or("(all)"),
+        %error,
+        "pod liveness is unavailable: the API server does not let this controller list Pods \
+         (RBAC needs get, list and watch on pods); failover waits for Lease expiry"
+    );
+}
+
+/// Follows one scope's Pod watch: marks it ready after the first list and enqueues the Leases
+/// whose candidates name a Pod that changed or went away.
+async fn follow(
+    events: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
+    ready: &AtomicBool,
+    caches: &Caches,
+    queue: &WorkQueue,
+) {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let pod = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::Delete(pod)) => pod,
+            Ok(watcher::Event::InitDone) => {
+                ready.store(true, Ordering::Relaxed);
+                for key in leases_naming_pods(&caches.all_candidates(), None) {
+                    queue.add(key);
+                }
+                continue;
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+            Err(error) => {
+                tracing::debug!(%error, "Pod watch error");
+                continue;
+            }
+        };
+        let (Some(namespace), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
+            continue;
+        };
+        for key in leases_naming_pods(&caches.all_candidates(), Some((&namespace, &name))) {
+            queue.add(key);
+        }
+    }
+}
+
+/// The Leases whose candidates name the Pod `pod` (`namespace`, `name`), or any Pod when `None`.
+fn leases_naming_pods(
+    candidates: &[Arc<LeaseCandidate>],
+    pod: Option<(&str, &str)>,
+) -> Vec<LeaseKey> {
+    candidates
+        .iter()
+        .filter(|c| {
+            let Some(record) = process_record(c) else {
+                return false;
+            };
+            pod.is_none_or(|(namespace, name)| {
+                c.metadata.namespace.as_deref() == Some(namespace) && record.pod_name == name
+            })
+        })
+        .filter_map(|c| LeaseKey::of_candidate(c))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, PodSpec};
+
+    fn candidate(name: &str, lease: &str, pod: Option<&str>) -> Arc<LeaseCandidate> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name, "namespace": "ns",
+                    "ownerReferences": pod.map(|p| vec![serde_json::json!(
+                        {"apiVersion": "v1", "kind": "Pod", "name": p, "uid": "u"}
+                    )]),
+                },
+                "spec": {"leaseName": lease, "binaryVersion": "1.33.0", "strategy": "S"}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pinged(ping: Option<i64>, renew: i64) -> LeaseCandidate {
+        let mut c = LeaseCandidate::clone(&candidate("h", "a", Some("web-0")));
+        let spec = c.spec.as_mut().unwrap();
+        let micro = |s: i64| conclave_core::k8s::micro_time(Timestamp::from_secs(s));
+        spec.ping_time = ping.map(micro);
+        spec.renew_time = Some(micro(renew));
+        c
+    }
+
+    #[test]
+    fn a_reported_holder_is_pinged_then_declared_dead_unless_it_answers() {
+        let key = LeaseKey::new("ns", "a");
+        let at = Timestamp::from_secs;
+        let reports = Reports::default();
+        let death = Death::ContainerTerminated;
+        let silent = pinged(None, 10);
+        let verdict = reports.judge(&key, "h", death, &silent, at(100));
+        assert_eq!(
+            verdict,
+            Verdict::Reported {
+                holder: "h".into(),
+                death,
+                recheck_at: at(100) + ANSWER_GRACE,
+                ping: true,
+            }
+        );
+        // The ping went out at 100; no answer yet, within the grace.
+        let asked = pinged(Some(100), 10);
+        assert_eq!(
+            reports.judge(&key, "h", death, &asked, at(100) + ANSWER_GRACE / 2),
+            Verdict::Waiting {
+                recheck_at: at(100) + ANSWER_GRACE
+            }
+        );
+        // A later report (its Pod deleted) keeps the first one and its grace.
+        let after = at(100) + ANSWER_GRACE;
+        let dead = |first| Verdict::Dead {
+            holder: "h".into(),
+            death,
+            first,
+        };
+        assert_eq!(
+            reports.judge(&key, "h", Death::PodGone, &asked, after),
+            dead(true)
+        );
+        assert_eq!(reports.judge(&key, "h", death, &asked, after), dead(false));
+
+        // Another holder, which answers the ping sent on its report: alive, for good.
+        let other = LeaseKey::new("ns", "b");
+        assert!(matches!(
+            reports.judge(&other, "h", death, &pinged(Some(90), 50), at(200)),
+            Verdict::Reported { ping: false, .. }
+        ));
+        let answered = pinged(Some(90), 200);
+        assert_eq!(
+            reports.judge(&other, "h", death, &answered, at(201)),
+            Verdict::Alive
+        );
+        assert_eq!(
+            reports.judge(&other, "h", death, &pinged(Some(90), 50), at(300)),
+            Verdict::Alive,
+            "an answer is not forgotten while the report stands"
+        );
+        reports.forget(&other);
+        assert!(matches!(
+            reports.judge(&other, "h", death, &pinged(None, 50), at(400)),
+            Verdict::Reported { ping: true, .. }
+        ));
+    }
+
+    #[test]
+    fn pod_changes_enqueue_the_leases_of_the_candidates_naming_the_pod() {
+        let candidates = [
+            candidate("web-0-1", "a", Some("web-0")),
+            candidate("web-1-1", "b", Some("web-1")),
+            candidate("legacy", "c", None),
+        ];
+        let keys = leases_naming_pods(&candidates, Some(("ns", "web-0")));
+        assert_eq!(keys, [LeaseKey::new("ns", "a")]);
+        assert!(leases_naming_pods(&candidates, Some(("other", "web-0"))).is_empty());
+        let all = leases_naming_pods(&candidates, None);
+        assert_eq!(all, [LeaseKey::new("ns", "a"), LeaseKey::new("ns", "b")]);
+    }
+
+    #[test]
+    fn slim_pods_keep_what_liveness_reads() {
+        let mut pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("web-0".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                labels: Some([("a".to_owned(), "b".to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    image: "a-long-image-name".into(),
+                    container_id: Some("containerd://x".into()),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 137,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let before = pod_report(&pod);
+        slim_pod(&mut pod);
+        assert_eq!(pod_report(&pod), before);
+        assert!(pod.spec.is_none() && pod.metadata.labels.is_none());
+    }
+}

@@ -1,0 +1,471 @@
+//! Pod liveness on the emulator: the holder is a `conclave-candidate` LeaseCandidate naming its
+//! Pod and container; the test writes the Pod's status as a kubelet would, then asserts exactly
+//! when the controller elects the next candidate before the Lease expires (the kubelet reports
+//! that the holder's container terminated or was replaced, or the Pod is gone) and when it must
+//! wait for expiry (a node NotReady, phase Unknown, a deletion whose grace period runs, a status
+//! that names another container, pod liveness off or forbidden). A holder that answers its ping
+//! is never replaced by the rule.
+
+mod controller_support;
+
+use conclave_candidate::{Candidate, CandidateConfig, LeaseConfig, PodRef};
+use conclave_controller::ControllerConfig;
+use conclave_core::k8s::{lease_record, timestamp};
+use conclave_core::lease::LeaseRecord;
+use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
+use conclave_core::time::Timestamp;
+use conclave_emulator::{Failure, Verb};
+use controller_support::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The Lease duration the holder renews with: long, so a failover before expiry is unmistakable.
+const LONG: i32 = 30;
+/// The Lease duration of the scenarios where the rule must not fire: they wait for expiry.
+const SHORT: i32 = 6;
+/// The holder's container, and the one that replaces it.
+const OURS: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const NEWER: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+/// A Lease `lease` held by a `conclave-candidate` (`holder`) in Pod `pod`, container `app`
+/// with ID [`OURS`], renewing the Lease every 500 ms with the given duration; and a worse live
+/// candidate `next`.
+struct Scenario {
+    client: Client,
+    lease: String,
+    pod: String,
+    holder: String,
+    leases: Api<Lease>,
+    pods: Api<Pod>,
+    stop_holder: CancellationToken,
+    candidate_task: tokio::task::JoinHandle<()>,
+    renewer: tokio::task::JoinHandle<()>,
+    last_renewal: Arc<Mutex<Option<Timestamp>>>,
+    _next: conclave_testkit::CandidateResponder,
+    _controller: RunningController,
+    _emulator: conclave_emulator::RunningEmulator,
+}
+
+fn container_status(id: &str, state: Value, last_state: Value, restarts: i32) -> Value {
+    json!({
+        "name": "app", "image": "app:1", "imageID": "", "ready": state.get("running").is_some(),
+        "restartCount": restarts, "containerID": format!("containerd://{id}"),
+        "state": state, "lastState": last_state,
+    })
+}
+
+fn rfc3339(at: jiff::Timestamp) -> String {
+    at.round(jiff::Unit::Second)
+        .unwrap_or(at)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The status the kubelet writes for the holder's container running.
+fn running_status(started: jiff::Timestamp) -> Value {
+    json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [container_status(
+            OURS, json!({"running": {"startedAt": rfc3339(started)}}), json!({}), 0)]}})
+}
+
+impl Scenario {
+    async fn start(name: &str, duration: i32, config: ControllerConfig) -> Self {
+        Self::start_with(name, duration, config, |_| {}).await
+    }
+
+    async fn start_with(
+        name: &str,
+        duration: i32,
+        config: ControllerConfig,
+        faults: impl FnOnce(&conclave_emulator::RunningEmulator),
+    ) -> Self {
+        let (emulator, client) = emulator().await;
+        faults(&emulator);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let pod_name = format!("web-{name}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": pod_name, "finalizers": ["test.conclave.dev/hold"]},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+        }))
+        .unwrap();
+        let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+        let process_started = jiff::Timestamp::now();
+        pods.patch_status(
+            &pod_name,
+            &PatchParams::default(),
+            &Patch::Merge(running_status(
+                process_started - jiff::SignedDuration::from_secs(60),
+            )),
+        )
+        .await
+        .unwrap();
+        let controller = start(client.clone(), config);
+
+        let holder = format!("{pod_name}-1a2b3c4d");
+        let lease = format!("lease-{name}");
+        let lease_config = LeaseConfig::new(NS, &lease, &holder);
+        let candidate_config =
+            CandidateConfig::new("1.33.0", "1.30.0", OEV).with_pod(Some(PodRef {
+                name: pod_name.clone(),
+                uid: pod.metadata.uid.clone().unwrap(),
+                namespace: Some(NS.into()),
+                container: Some("app".into()),
+                container_id: Some(OURS.into()),
+                process_started: process_started.to_string(),
+            }));
+        let stop_holder = CancellationToken::new();
+        let process = Candidate::new(client.clone(), lease_config, candidate_config).unwrap();
+        let token = stop_holder.clone();
+        let candidate_task = tokio::spawn(async move {
+            let _ = process.run(token).await;
+        });
+        let next = candidate(&client, "next", &lease, "1.33.0", "1.33.0", OEV).await;
+        wait_lease(&leases, &lease, "the holder elected", |r| {
+            r.holder() == Some(holder.as_str())
+        })
+        .await;
+        let last_renewal: Arc<Mutex<Option<Timestamp>>> = Arc::default();
+        let renewer = tokio::spawn(renew(
+            leases.clone(),
+            lease.clone(),
+            holder.clone(),
+            duration,
+            last_renewal.clone(),
+        ));
+        wait_lease(&leases, &lease, "the holder's own renewal", |r| {
+            r.lease_duration_seconds == Some(duration) && r.holder() == Some(holder.as_str())
+        })
+        .await;
+        Self {
+            client,
+            lease,
+            pod: pod_name,
+            holder,
+            leases,
+            pods,
+            stop_holder,
+            candidate_task,
+            renewer,
+            last_renewal,
+            _next: next,
+            _controller: controller,
+            _emulator: emulator,
+        }
+    }
+
+    /// The holder's process dies at once (SIGKILL): no more renewals, no answer to pings, its
+    /// LeaseCandidate stays. Returns the `renewTime` of its last renewal.
+    async fn kill_holder(&self) -> Timestamp {
+        self.renewer.abort();
+        self.candidate_task.abort();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.last_renewal.lock().unwrap().expect("renewed once")
+    }
+
+    /// Writes the Pod's status as the kubelet would.
+    async fn kubelet_writes(&self, status: Value) {
+        self.pods
+            .patch_status(&self.pod, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+    }
+
+    /// Waits for `next` to hold the Lease, and returns the Lease as then.
+    async fn next_elected(&self) -> LeaseRecord {
+        wait_lease(&self.leases, &self.lease, "next elected", |r| {
+            r.holder() == Some("next")
+        })
+        .await
+    }
+
+    /// Asserts that `next` took over well before the Lease (renewed at `last`) expired.
+    async fn assert_fires(&self, last: Timestamp, what: &str) {
+        let record = self.next_elected().await;
+        let acquired = record.acquire_time.expect("acquireTime");
+        let expiry = last + Duration::from_secs(LONG as u64);
+        assert!(
+            acquired < expiry,
+            "{what}: next acquired at {acquired}, the Lease expired at {expiry}: the rule did not fire"
+        );
+        let event = wait_event(&self.client, NS, &self.lease, "HolderDead").await;
+        assert!(
+            event
+                .note
+                .as_deref()
+                .unwrap_or_default()
+                .contains(&self.holder),
+            "{what}: {event:?}"
+        );
+    }
+
+    /// Asserts that `next` took over only once the Lease (renewed at `last`) expired.
+    async fn assert_waits_for_expiry(&self, last: Timestamp, what: &str) {
+        let record = self.next_elected().await;
+        let acquired = record.acquire_time.expect("acquireTime");
+        let expiry = last + Duration::from_secs(SHORT as u64);
+        // The controller's clock is the wall clock read once and advanced monotonically.
+        assert!(
+            acquired + Duration::from_millis(100) >= expiry,
+            "{what}: next acquired at {acquired}, before the Lease expired at {expiry}"
+        );
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        self.stop_holder.cancel();
+        self.renewer.abort();
+        self.candidate_task.abort();
+    }
+}
+
+/// Renews the Lease as its holder every 500 ms with `duration`, recording each renewTime written.
+async fn renew(
+    leases: Api<Lease>,
+    name: String,
+    holder: String,
+    duration: i32,
+    last: Arc<Mutex<Option<Timestamp>>>,
+) {
+    loop {
+        if let Ok(mut lease) = leases.get(&name).await
+            && let Some(spec) = lease.spec.as_mut()
+            && spec.holder_identity.as_deref() == Some(holder.as_str())
+        {
+            let now = jiff::Timestamp::now();
+            spec.renew_time = Some(MicroTime(now));
+            spec.lease_duration_seconds = Some(duration);
+            if leases
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+                .is_ok()
+            {
+                *last.lock().unwrap() = Some(timestamp(now));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn controller_config() -> ControllerConfig {
+    config(NS, "c1")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminated_container_fails_over_before_expiry() {
+    let s = Scenario::start("terminated", LONG, controller_config()).await;
+    let last = s.kill_holder().await;
+    let now = jiff::Timestamp::now();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        OURS,
+        json!({"terminated": {"exitCode": 137, "reason": "Error",
+            "startedAt": rfc3339(now - jiff::SignedDuration::from_secs(60)),
+            "finishedAt": rfc3339(now), "containerID": format!("containerd://{OURS}")}}),
+        json!({}), 0)]}}),
+    )
+    .await;
+    s.assert_fires(last, "terminated").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_container_fails_over_before_expiry() {
+    let s = Scenario::start("restarted", LONG, controller_config()).await;
+    let last = s.kill_holder().await;
+    // Its restart shows in the next second at the earliest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let now = jiff::Timestamp::now();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        NEWER,
+        json!({"running": {"startedAt": rfc3339(now)}}),
+        json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{OURS}")}}),
+        1)]}}),
+    )
+    .await;
+    s.assert_fires(last, "restarted").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_pod_fails_over_before_expiry() {
+    let s = Scenario::start("deleted", LONG, controller_config()).await;
+    let last = s.kill_holder().await;
+    s.pods
+        .delete(&s.pod, &DeleteParams::default())
+        .await
+        .unwrap();
+    // The finalizer kept it: only its deletionTimestamp is set. Not evidence yet.
+    assert!(
+        s.pods
+            .get(&s.pod)
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let record = lease_record(&s.leases.get(&s.lease).await.unwrap());
+    assert_eq!(
+        record.holder(),
+        Some(s.holder.as_str()),
+        "a deletion in progress is not evidence"
+    );
+    // Gone for good.
+    s.pods
+        .patch(
+            &s.pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(s.pods.get_opt(&s.pod).await.unwrap().is_none());
+    s.assert_fires(last, "pod deleted").await;
+}
+
+/// Reports that are not evidence: the holder's Lease runs out as without pod liveness.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_not_ready_or_a_pod_in_phase_unknown_waits_for_expiry() {
+    for (name, status) in [
+        (
+            "notready",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+                "reason": "NodeNotReady"}]}}),
+        ),
+        ("unknown", json!({"status": {"phase": "Unknown"}})),
+    ] {
+        let s = Scenario::start(name, SHORT, controller_config()).await;
+        let last = s.kill_holder().await;
+        s.kubelet_writes(status).await;
+        s.assert_waits_for_expiry(last, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_with_its_grace_period_running_waits_for_expiry() {
+    let s = Scenario::start("grace", SHORT, controller_config()).await;
+    let last = s.kill_holder().await;
+    s.pods
+        .delete(&s.pod, &DeleteParams::default())
+        .await
+        .unwrap();
+    s.assert_waits_for_expiry(last, "deletionTimestamp set")
+        .await;
+}
+
+/// Another container of the Pod terminated, and the holder's container shows an earlier
+/// instance's termination in `lastState`: neither is about the holder's process.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_naming_another_container_waits_for_expiry() {
+    let s = Scenario::start("other", SHORT, controller_config()).await;
+    let last = s.kill_holder().await;
+    let now = jiff::Timestamp::now();
+    let earlier = "0000000000000000000000000000000000000000000000000000000000000000";
+    let mut sidecar = container_status(
+        "3333333333333333333333333333333333333333333333333333333333333333",
+        json!({"terminated": {"exitCode": 1}}),
+        json!({}),
+        0,
+    );
+    sidecar["name"] = json!("sidecar");
+    s.kubelet_writes(json!({"status": {"containerStatuses": [
+        container_status(
+            OURS,
+            json!({"running": {"startedAt": rfc3339(now - jiff::SignedDuration::from_secs(60))}}),
+            json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{earlier}")}}),
+            1),
+        sidecar,
+    ]}}))
+    .await;
+    s.assert_waits_for_expiry(last, "another container").await;
+}
+
+/// A report that the holder's container terminated while the holder still runs (a wrong
+/// report): the controller pings it, it answers, and it keeps its Lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_that_answers_its_ping_is_never_replaced() {
+    let s = Scenario::start("answers", LONG, controller_config()).await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
+    let reported = jiff::Timestamp::now();
+    s.kubelet_writes(json!({"status": {"containerStatuses": [container_status(
+        OURS, json!({"terminated": {"exitCode": 0}}), json!({}), 0)]}}))
+        .await;
+    wait_candidate_answered(&candidates, &s.holder, reported).await;
+    // Well past the grace the rule gives an answer: still the holder, and no HolderDead.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let record = lease_record(&s.leases.get(&s.lease).await.unwrap());
+    assert_eq!(record.holder(), Some(s.holder.as_str()));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), NS);
+    let dead = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("HolderDead"))
+        .count();
+    assert_eq!(dead, 0);
+}
+
+/// Waits until the controller has pinged `name` after `since` and the candidate answered.
+async fn wait_candidate_answered(
+    candidates: &Api<LeaseCandidate>,
+    name: &str,
+    since: jiff::Timestamp,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let spec = candidates.get(name).await.unwrap().spec.unwrap();
+        if let (Some(ping), Some(renew)) = (spec.ping_time, spec.renew_time)
+            && ping.0 >= since
+            && renew.0 >= ping.0
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the holder was not pinged, or did not answer"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_pod_liveness_off_a_terminated_container_waits_for_expiry() {
+    let config = ControllerConfig {
+        pod_liveness: false,
+        ..controller_config()
+    };
+    let s = Scenario::start("off", SHORT, config).await;
+    let last = s.kill_holder().await;
+    s.kubelet_writes(json!({"status": {"containerStatuses": [container_status(
+        OURS, json!({"terminated": {"exitCode": 137}}), json!({}), 0)]}}))
+        .await;
+    s.assert_waits_for_expiry(last, "pod liveness off").await;
+}
+
+/// RBAC refuses pods to the controller: it keeps electing, and fails over at expiry.
+#[tokio::test(flavor = "multi_thread")]
+async fn when_pods_are_forbidden_the_controller_falls_back_to_expiry() {
+    let s = Scenario::start_with("forbidden", SHORT, controller_config(), |emulator| {
+        emulator
+            .faults()
+            .fail_next(Verb::List, "pods", usize::MAX, Failure::Forbidden);
+    })
+    .await;
+    let last = s.kill_holder().await;
+    s.kubelet_writes(json!({"status": {"containerStatuses": [container_status(
+        OURS, json!({"terminated": {"exitCode": 137}}), json!({}), 0)]}}))
+        .await;
+    s.assert_waits_for_expiry(last, "pods forbidden").await;
+}
