@@ -28,6 +28,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -621,6 +622,18 @@ async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudg
     .expect("the PodDisruptionBudget")
 }
 
+/// How many `HolderDead` Events the controller published in the example's namespace.
+async fn count_holder_dead(events: &Api<K8sEvent>) -> usize {
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("listing Events")
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("HolderDead"))
+        .count()
+}
+
 /// Base64 and hex SHA-256 of a file, as an operator computes them for the chart's values.
 fn base64_and_sha256(file: &Path) -> (String, String) {
     let file = file.to_string_lossy().into_owned();
@@ -1066,10 +1079,86 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
             .all(|l| l.holder.as_deref() != Some(new_leader.as_str())),
         "the killed leader's identity held the Lease again: {looks:?}"
     );
+    // The kubelet's report that the leader's container terminated is what ended its term, not
+    // the Lease's expiry: the controller said so on the Lease.
+    let events: Api<K8sEvent> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let dead = wait_for(
+        "a HolderDead Event on the component's Lease",
+        ELECTION_TIMEOUT,
+        || {
+            let events = events.clone();
+            async move {
+                let listed = events.list(&ListParams::default()).await?;
+                Ok(listed.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some("HolderDead")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(COMPONENT)
+                }))
+            }
+        },
+    )
+    .await
+    .expect("pod liveness fired");
     eprintln!(
-        "drill: SIGKILL of the leading component {new_leader} -> next leader {next} after {:.2} s; \
-         the restarted container is the candidate {back}",
-        failover.as_secs_f64()
+        "drill: SIGKILL of the leading component {new_leader} -> next leader {next} after {:.2} s \
+         ({}); the restarted container is the candidate {back}",
+        failover.as_secs_f64(),
+        dead.note.unwrap_or_default()
+    );
+    // SIGSTOP of the leading component's process: a stall the kubelet does not report (the
+    // container still runs), so the controller fails over at the Lease's expiry, never before,
+    // and without a HolderDead Event.
+    let dead_before = count_holder_dead(&events).await;
+    let stalled_pod = component_pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+        .await
+        .expect("the component's pods")
+        .items
+        .into_iter()
+        .find(|p| is_identity_of(&next, p.metadata.name.as_deref().unwrap_or("-")))
+        .unwrap_or_else(|| panic!("no pod of the leader {next}"));
+    let stalled_id = stalled_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .expect("the leader's container id");
+    let pid = node.container_pid(&stalled_id).expect("the leader's pid");
+    let signal = |name: &str| {
+        let out = run(
+            Path::new("kill"),
+            &[&format!("-{name}"), &pid.to_string()],
+            None,
+        )
+        .expect("kill");
+        out.assert_success();
+    };
+    let before = look_at_election(&client).await.expect("a look");
+    let (renewed, seconds) = before.renewed.expect("the leader's renewal");
+    signal("STOP");
+    let after_stall = wait_for("a leader after the stall", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look.holder.clone().filter(|h| *h != next).map(|_| look))
+    })
+    .await;
+    signal("CONT");
+    let after_stall = after_stall.expect("the next leader after the stall");
+    let expiry = renewed + jiff::SignedDuration::from_secs(seconds);
+    assert!(
+        after_stall.wall >= expiry,
+        "the stalled leader {next} was replaced at {}, before its Lease expired at {expiry}",
+        after_stall.wall
+    );
+    assert_eq!(
+        count_holder_dead(&events).await,
+        dead_before,
+        "a stall is no evidence of death"
+    );
+    eprintln!(
+        "drill: SIGSTOP of the leading component {next} -> next leader {} seen {:.2} s after its \
+         Lease expired",
+        after_stall.holder.as_deref().unwrap_or_default(),
+        after_stall.wall.duration_since(expiry).as_secs_f64()
     );
 }
 
