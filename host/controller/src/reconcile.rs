@@ -111,12 +111,26 @@ async fn step(
         record
     });
     let pod_recheck = match (&ctx.pods, lease.as_mut()) {
-        (Some(pods), Some(record)) => pod_liveness(ctx, pods, key, lease_obj, record, now).await?,
+        (Some(pods), Some(record)) if elects_here(ctx, record) => {
+            pod_liveness(ctx, pods, key, lease_obj, record, now).await?
+        }
         _ => None,
     };
     elect(ctx, key, lease_obj, lease, now)
         .await
         .map(|(next, progress)| (next.or_at(pod_recheck), progress))
+}
+
+/// Whether this controller elects the holder of `record`'s next term: its strategy is one
+/// `--mode` hands to Conclave now. Pod liveness only judges holders of such Leases: on a Lease
+/// left to kube-apiserver's built-in controller, a ping and a `HolderDead` Event would announce
+/// a failover that this controller does not make. A Lease without a strategy (not elected by a
+/// coordinated election controller) keeps failing over at expiry.
+fn elects_here(ctx: &Context, record: &LeaseRecord) -> bool {
+    record
+        .strategy
+        .as_deref()
+        .is_some_and(|strategy| ctx.config.mode.handles(strategy, ctx.builtin_active()))
 }
 
 /// Pod liveness for the holder of `record` ([`super::pods`]): pings a holder the kubelet just

@@ -664,6 +664,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         return;
     };
 
+    // Conclave elects every Lease here, the components' OldestEmulationVersion ones too: the
+    // built-in controller is held passive (as in a cluster without the feature gate) and the
+    // chart runs with `controller.mode=all`.
+    let _builtin = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("holding the built-in controller passive");
+
     // No registry: the image goes from the podman store into containerd, as `cluster.sh load`.
     load_image(&image, &node, &image.reference);
 
@@ -697,6 +705,8 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
             // One node: the default (hard) anti-affinity would leave the second replica Pending.
             "--set",
             "podAntiAffinity=soft",
+            "--set",
+            "controller.mode=all",
             "--set",
             "plugins.source=configMap",
             "--set",
