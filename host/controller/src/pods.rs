@@ -248,6 +248,31 @@ impl PodLiveness {
             .find(|s| s.namespace.as_deref().is_none_or(|ns| ns == namespace))
     }
 
+    /// Whether the cached Pod of `candidate` (a LeaseCandidate naming its Pod and container)
+    /// proves that its process stopped: the recorded container terminated or was replaced, or
+    /// another Pod took the name. Only the cache is read (a Pod missing from it is no evidence
+    /// here), so this is cheap enough for every candidate of every election.
+    #[must_use]
+    pub fn known_dead(&self, candidate: &LeaseCandidate) -> bool {
+        let (Some(record), Some(namespace)) = (
+            process_record(candidate),
+            candidate.metadata.namespace.as_deref(),
+        ) else {
+            return false;
+        };
+        let Some(scope) = self.scope(namespace) else {
+            return false;
+        };
+        if !scope.available.load(Ordering::Relaxed) || !scope.ready.load(Ordering::Relaxed) {
+            return false;
+        }
+        scope
+            .pods
+            .get(&ObjectRef::new(&record.pod_name).within(namespace))
+            .and_then(|pod| process_dead(&record, &pod_report(&pod)))
+            .is_some()
+    }
+
     /// What the Pod named `name` in `namespace` shows: the cached one; when none is cached, a
     /// GET confirms that it is gone (a Pod created after the last relist may be missing from
     /// the cache). `None`: not known (cache not synced, Pods unavailable, the GET failed).

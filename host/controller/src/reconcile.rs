@@ -79,11 +79,25 @@ enum StepError {
     Retry,
 }
 
-/// The valid candidates of a Lease, as core views (invalid ones are logged and left out).
-fn valid_candidates(ctx: &Context, key: &LeaseKey) -> Vec<CandidateView> {
+/// The valid candidates of a Lease, as core views (invalid ones are logged and left out, and so
+/// are candidates pod liveness knows are dead: a dead process's LeaseCandidate stays until it is
+/// garbage-collected and may look fresh, but it would never take the Lease). The holder stays
+/// whatever its Pod says: its fate is [`pod_liveness`]'s, which pings it first.
+fn valid_candidates(ctx: &Context, key: &LeaseKey, holder: Option<&str>) -> Vec<CandidateView> {
     ctx.caches
         .candidates_for(key)
         .iter()
+        .filter(|c| {
+            let dead = c.metadata.name.as_deref() != holder
+                && ctx.pods.as_ref().is_some_and(|pods| pods.known_dead(c));
+            if dead {
+                tracing::debug!(
+                    candidate = c.metadata.name.as_deref().unwrap_or_default(),
+                    "leaving out a candidate whose container the kubelet reports dead"
+                );
+            }
+            !dead
+        })
         .filter(|c| {
             let errors = validate_lease_candidate(c);
             if !errors.is_empty() {
@@ -208,7 +222,7 @@ async fn elect(
     lease: Option<LeaseRecord>,
     now: Timestamp,
 ) -> Result<(Next, Progress), StepError> {
-    let candidates = valid_candidates(ctx, key);
+    let candidates = valid_candidates(ctx, key, lease.as_ref().and_then(LeaseRecord::holder));
     let plan = {
         let decider = &ctx.decider;
         let has_strategy = |strategy: &str| decider.has_strategy(strategy);

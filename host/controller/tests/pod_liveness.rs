@@ -469,3 +469,78 @@ async fn when_pods_are_forbidden_the_controller_falls_back_to_expiry() {
         .await;
     s.assert_waits_for_expiry(last, "pods forbidden").await;
 }
+
+/// A candidate whose container the kubelet reports terminated is never elected, however fresh
+/// its last renewal: here it is the best candidate and renewed just before it died, so without
+/// pod liveness it would pre-empt the live holder (and then never take the Lease, leaving the
+/// component leaderless until the Lease it was given runs out). The next best live candidate is
+/// the one preferred.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_reported_dead_is_never_elected() {
+    let s = Scenario::start("dead-candidate", LONG, controller_config()).await;
+    let dead_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-dead"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }))
+    .unwrap();
+    let dead_pod = s
+        .pods
+        .create(&PostParams::default(), &dead_pod)
+        .await
+        .unwrap();
+    let started = jiff::Timestamp::now();
+    s.pods
+        .patch_status(
+            "web-dead",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
+                container_status(
+                    OURS,
+                    json!({"terminated": {"exitCode": 137}}),
+                    json!({}),
+                    0,
+                ),
+            ]}})),
+        )
+        .await
+        .unwrap();
+    // The dead process's LeaseCandidate, as it left it: fresh, the best version, naming its
+    // container.
+    let lease_config = LeaseConfig::new(NS, &s.lease, "web-dead-5e5e5e5e");
+    let candidate_config = CandidateConfig::new("1.33.0", "1.28.0", OEV).with_pod(Some(PodRef {
+        name: "web-dead".into(),
+        uid: dead_pod.metadata.uid.clone().unwrap(),
+        namespace: Some(NS.into()),
+        container: Some("app".into()),
+        container_id: Some(OURS.into()),
+        process_started: (started - jiff::SignedDuration::from_secs(60)).to_string(),
+    }));
+    let stop = CancellationToken::new();
+    let dead = Candidate::new(s.client.clone(), lease_config, candidate_config).unwrap();
+    let token = stop.clone();
+    let dead_task = tokio::spawn(async move {
+        let _ = dead.run(token).await;
+    });
+    let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
+    conclave_testkit::wait_for(
+        "the dead process's candidate",
+        Duration::from_secs(30),
+        || {
+            let candidates = candidates.clone();
+            async move { Ok(candidates.get_opt("web-dead-5e5e5e5e").await?) }
+        },
+    )
+    .await
+    .expect("registered");
+    dead_task.abort();
+    let _good = candidate(&s.client, "good", &s.lease, "1.33.0", "1.29.0", OEV).await;
+    let record = wait_lease(&s.leases, &s.lease, "a pre-emption", |r| {
+        r.preferred_holder.is_some()
+    })
+    .await;
+    assert_eq!(
+        record.preferred_holder.as_deref(),
+        Some("good"),
+        "the live holder was pre-empted for a candidate whose container is dead"
+    );
+}

@@ -1077,7 +1077,11 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     )
     .await
     .expect("the restarted component's candidate");
-    let looks = election.looks();
+    let looks: Vec<ElectionLook> = election
+        .looks()
+        .into_iter()
+        .filter(|l| l.at >= killed_at)
+        .collect();
     drop(election);
     let killed_index = looks
         .iter()
@@ -1087,7 +1091,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         looks[killed_index..]
             .iter()
             .all(|l| l.holder.as_deref() != Some(new_leader.as_str())),
-        "the killed leader's identity held the Lease again: {looks:?}"
+        "the killed leader's identity held the Lease again: {looks:#?}"
     );
     // The kubelet's report that the leader's container terminated is what ended its term, not
     // the Lease's expiry: the controller said so on the Lease.
