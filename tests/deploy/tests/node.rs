@@ -268,7 +268,15 @@ fn assert_status_shows_the_election(kubectl: &Path, kubeconfig: &Path, plugins: 
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))
     .expect("PATH");
-    let plugins = plugins.to_string_lossy().into_owned();
+    // The controller's plugin directory holds priority.wasm only (the build directory holds
+    // every plugin, the built-in's too, which `status` refuses to load twice).
+    let only_priority = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(
+        plugins.join("priority.wasm"),
+        only_priority.path().join("priority.wasm"),
+    )
+    .expect("copying priority.wasm");
+    let plugins = only_priority.path().to_string_lossy().into_owned();
     let out = run_with_env(
         kubectl,
         &["conclave", "status", "-A", "--plugins", &plugins],
