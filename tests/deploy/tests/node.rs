@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use conclave_deploy_tests::image::{Image, NONROOT, locate_image};
@@ -22,7 +22,7 @@ use conclave_deploy_tests::{
 };
 use conclave_testkit::wasm_build::build_plugins;
 use conclave_testkit::{
-    CandidateResponder, ControlPlane, NODE_NAME, Node, lease_candidate, wait_for,
+    CandidateResponder, ControlPlane, NODE_NAME, Node, Observer, lease_candidate, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -164,48 +164,43 @@ async fn until_active(pods: &Api<Pod>, replica: &str, since: Instant) -> Duratio
     }
 }
 
-/// Records every holder of the controller's own Lease, in order, until dropped.
+/// The holders of the controller's own Lease, in the order an [`Observer`] saw them, and the
+/// looks that failed.
+#[derive(Clone, Debug, Default)]
 struct HolderLog {
-    seen: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
+    seen: Vec<String>,
+    failures: usize,
+    last_failure: Option<String>,
 }
 
-impl HolderLog {
-    fn start(client: Client) -> Self {
-        let leases: Api<Lease> = Api::namespaced(client, RELEASE_NAMESPACE);
-        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
-        let record = Arc::clone(&seen);
-        let task = tokio::spawn(async move {
-            loop {
-                match tokio::time::timeout(LOOK_TIMEOUT, leases.get(HA_LEASE)).await {
-                    Ok(Ok(lease)) => {
-                        let holder = lease
-                            .spec
-                            .and_then(|s| s.holder_identity)
-                            .unwrap_or_default();
-                        let mut seen = record.lock().unwrap();
-                        if seen.last() != Some(&holder) {
-                            seen.push(holder);
-                        }
-                    }
-                    Ok(Err(error)) => eprintln!("reading {HA_LEASE}: {error}"),
-                    Err(_) => eprintln!("reading {HA_LEASE}: no answer within {LOOK_TIMEOUT:?}"),
+/// Looks at the controller's own Lease every [`DRILL_POLL`] until dropped.
+fn holder_log(kubeconfig: &Path) -> Observer<HolderLog> {
+    Observer::start(
+        kubeconfig.to_owned(),
+        DRILL_POLL,
+        LOOK_TIMEOUT,
+        HolderLog::default(),
+        |client| async move {
+            let leases: Api<Lease> = Api::namespaced(client, RELEASE_NAMESPACE);
+            let lease = leases.get(HA_LEASE).await?;
+            Ok(lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default())
+        },
+        |log: &mut HolderLog, answer| match answer {
+            Ok(holder) => {
+                if log.seen.last() != Some(&holder) {
+                    log.seen.push(holder);
                 }
-                tokio::time::sleep(DRILL_POLL).await;
             }
-        });
-        Self { seen, task }
-    }
-
-    fn holders(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for HolderLog {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+            Err(error) => {
+                log.failures += 1;
+                log.last_failure = Some(error.to_string());
+            }
+        },
+    )
+    .expect("starting the holder log")
 }
 
 /// The identity a replica's elector uses: its pod name, possibly with a per-process suffix.
@@ -406,38 +401,18 @@ async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> 
     })
 }
 
-/// Looks at the example component's election every [`DRILL_POLL`] until dropped.
-struct ElectionLog {
-    looks: Arc<Mutex<Vec<ElectionLook>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ElectionLog {
-    fn start(client: Client) -> Self {
-        let looks = Arc::new(Mutex::new(Vec::new()));
-        let record = Arc::clone(&looks);
-        let task = tokio::spawn(async move {
-            loop {
-                if let Ok(Ok(look)) =
-                    tokio::time::timeout(LOOK_TIMEOUT, look_at_election(&client)).await
-                {
-                    record.lock().unwrap().push(look);
-                }
-                tokio::time::sleep(DRILL_POLL).await;
-            }
-        });
-        Self { looks, task }
-    }
-
-    fn looks(&self) -> Vec<ElectionLook> {
-        self.looks.lock().unwrap().clone()
-    }
-}
-
-impl Drop for ElectionLog {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// Looks at the example component's election every [`DRILL_POLL`] until dropped; the looks
+/// that answered, in order.
+fn election_log(kubeconfig: &Path) -> Observer<Vec<ElectionLook>> {
+    Observer::start(
+        kubeconfig.to_owned(),
+        DRILL_POLL,
+        LOOK_TIMEOUT,
+        Vec::new(),
+        |client| async move { Ok(look_at_election(&client).await?) },
+        |looks: &mut Vec<ElectionLook>, answer| looks.extend(answer.ok()),
+    )
+    .expect("starting the election log")
 }
 
 /// Every change of holder in `looks`: (from, to, the time between the last look at the old
@@ -529,41 +504,25 @@ fn load_image(image: &Image, node: &Node, reference: &str) {
         .expect("importing the image");
 }
 
-/// Counts the replicas answering `ok: active` every [`DRILL_POLL`] until dropped.
-struct ActiveLog {
-    most: Arc<Mutex<(usize, Vec<Replica>)>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ActiveLog {
-    fn start(pods: Api<Pod>) -> Self {
-        let most = Arc::new(Mutex::new((0, Vec::new())));
-        let record = Arc::clone(&most);
-        let task = tokio::spawn(async move {
-            loop {
-                if let Ok(now) = replicas(&pods).await {
-                    let active = now.iter().filter(|r| r.role == "ok: active").count();
-                    let mut most = record.lock().unwrap();
-                    if active > most.0 {
-                        *most = (active, now);
-                    }
+/// Counts the replicas answering `ok: active` every [`DRILL_POLL`] until dropped: the most seen
+/// at once, and what they said then.
+fn active_log(kubeconfig: &Path) -> Observer<(usize, Vec<Replica>)> {
+    Observer::start(
+        kubeconfig.to_owned(),
+        DRILL_POLL,
+        LOOK_TIMEOUT,
+        (0, Vec::new()),
+        |client| async move { replicas(&Api::namespaced(client, RELEASE_NAMESPACE)).await },
+        |most: &mut (usize, Vec<Replica>), answer| {
+            if let Ok(now) = answer {
+                let active = now.iter().filter(|r| r.role == "ok: active").count();
+                if active > most.0 {
+                    *most = (active, now);
                 }
-                tokio::time::sleep(DRILL_POLL).await;
             }
-        });
-        Self { most, task }
-    }
-
-    /// The most replicas seen active at once, and what they said then.
-    fn most(&self) -> (usize, Vec<Replica>) {
-        self.most.lock().unwrap().clone()
-    }
-}
-
-impl Drop for ActiveLog {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+        },
+    )
+    .expect("starting the active replicas' log")
 }
 
 /// Registers a new pair of `conclave.dev/priority` candidates for a fresh Lease every second
@@ -784,7 +743,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // Drill: SIGKILL of the active replica's container. The kubelet restarts it; the standby
     // takes over once the killed replica's Lease expires, and the Lease never goes back to the
     // killed replica's identity after that.
-    let holders = HolderLog::start(client.clone());
+    let holders = holder_log(plane.kubeconfig_path());
     let killed_at = Instant::now();
     node.kill_container(active.container_id.as_deref().expect("a container"))
         .expect("killing the active container");
@@ -797,7 +756,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         standby.name,
         took_over.as_secs_f64(),
         held.spec.and_then(|s| s.holder_identity),
-        holders.holders()
+        holders.state()
     );
     let restarted = wait_for(
         "the killed replica restarted, as a standby",
@@ -815,11 +774,12 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     )
     .await
     .expect("the killed replica back");
-    let seen = holders.holders();
+    let log = holders.state();
+    let seen = &log.seen;
     let first_standby = seen
         .iter()
         .position(|h| is_identity_of(h, &standby.name))
-        .unwrap_or_else(|| panic!("the standby never held the Lease: {seen:?}"));
+        .unwrap_or_else(|| panic!("the standby never held the Lease: {log:?}"));
     assert!(
         seen[first_standby..]
             .iter()
@@ -913,7 +873,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .expect("podman tag")
         .assert_success();
     load_image(&image, &node, &rolled);
-    let actives = ActiveLog::start(pods.clone());
+    let actives = active_log(plane.kubeconfig_path());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churn = tokio::spawn(elections_while(client.clone(), Arc::clone(&stop)));
     let roll_started = Instant::now();
@@ -940,7 +900,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let roll_took = roll_started.elapsed();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (roll_leases, _roll_candidates) = churn.await.expect("the elections during the roll");
-    let (most, when) = actives.most();
+    let (most, when) = actives.state();
     drop(actives);
     assert!(
         most <= 1,
@@ -994,7 +954,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
 
     // A rolling upgrade by emulation version (maxUnavailable 0): the oldest emulation version
     // leads at every step, and each hand-off is a graceful release.
-    let election = ElectionLog::start(client.clone());
+    let election = election_log(plane.kubeconfig_path());
     let components: Api<Deployment> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
     let roll = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
         "name": "component",
@@ -1018,7 +978,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     })
     .await
     .expect("a leader after the roll");
-    let looks = election.looks();
+    let looks = election.state();
     drop(election);
     for look in &looks {
         let Some(holder) = &look.holder else { continue };
@@ -1060,7 +1020,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .and_then(|c| c.first())
         .cloned()
         .expect("the leader's container");
-    let election = ElectionLog::start(client.clone());
+    let election = election_log(plane.kubeconfig_path());
     let killed_at = Instant::now();
     node.kill_container(container.container_id.as_deref().expect("a container id"))
         .expect("killing the leading component");
@@ -1086,7 +1046,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     .await
     .expect("the restarted component's candidate");
     let looks: Vec<ElectionLook> = election
-        .looks()
+        .state()
         .into_iter()
         .filter(|l| l.at >= killed_at)
         .collect();

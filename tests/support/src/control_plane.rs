@@ -361,9 +361,7 @@ impl ControlPlane {
     }
 
     async fn config(&self) -> Result<Config, Error> {
-        install_crypto_provider();
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+        config_from_kubeconfig(&self.kubeconfig).await
     }
 
     fn print_logs(&self) {
@@ -596,4 +594,18 @@ fn prune_runs(root: &Path) {
             let _ = std::fs::remove_dir_all(path.join("etcd-data"));
         }
     }
+}
+
+/// The client configuration a kubeconfig file describes.
+async fn config_from_kubeconfig(path: &Path) -> Result<Config, Error> {
+    install_crypto_provider();
+    let kubeconfig = Kubeconfig::read_from(path)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+/// A new client on the caller's tokio runtime from a kubeconfig file (an observer's own).
+pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
+    Ok(conclave_candidate::client(
+        config_from_kubeconfig(path).await?,
+    )?)
 }

@@ -34,6 +34,7 @@ mod control_plane;
 mod differential;
 mod holder;
 mod node;
+mod observer;
 mod pki;
 mod process;
 mod sets;
@@ -52,6 +53,7 @@ pub use differential::{
 };
 pub use holder::BuiltinControllerHold;
 pub use node::{NODE_NAME, NODE_REQUIRE_ENV, Node, PROBE_IMAGE};
+pub use observer::Observer;
 pub use process::ManagedProcess;
 pub use sets::{SeededSets, oldest_emulation_winner};
 pub use stall::{Stall, StallTarget};
