@@ -19,6 +19,10 @@ done
 # static image binary fail (instead of skipping) when these are missing: this script provides them
 # all, so their absence is a bug.
 export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_NODE=1 CONCLAVE_REQUIRE_KUBECTL=1 CONCLAVE_REQUIRE_BIN=1
+# The Prometheus test (host/cli/tests/prometheus.rs: the dashboard's queries and two alert drills
+# on a real Prometheus scraping `conclave run`) needs Debian's prometheus server, which
+# .ci/prepare-prometheus.sh installs with promtool.
+export CONCLAVE_REQUIRE_PROMETHEUS=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
 export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
 

@@ -97,6 +97,28 @@ pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Opti
     candidate.renew_time.map(|renew| renew + expiry)
 }
 
+/// Whether a Lease under coordination is without a leader although it has candidates: it is
+/// missing, has no holder or has expired ([`LeaseRecord::is_free`]), while at least one of
+/// `candidates` has renewed within `expiry` (the candidates an election takes part in, as
+/// [`candidate_expired`] counts them: a killed instance's LeaseCandidate stays one until it is
+/// garbage-collected). The caller passes only valid candidates of a Lease it elects for.
+///
+/// A failover makes a Lease leaderless for a moment; one that stays so means no candidate takes
+/// it: they are all dead, or the strategy fails, elects nobody, or is unknown
+/// (`conclave_leases_without_holder`, alert `ConclaveLeaseWithoutHolder`).
+#[must_use]
+pub fn leaderless(
+    lease: Option<&LeaseRecord>,
+    candidates: &[CandidateView],
+    now: Timestamp,
+    expiry: Duration,
+) -> bool {
+    lease.is_none_or(|lease| lease.is_free(now))
+        && candidates
+            .iter()
+            .any(|c| !candidate_expired(c, now, expiry))
+}
+
 /// The candidates an election may consider: all but the unresponsive ones, except the holder of
 /// `lease` while the Lease has not expired; and once it has expired, not its holder while a ping
 /// sent after its last renewal ([`probe_holder`]) is unanswered.
@@ -625,6 +647,68 @@ mod tests {
             renew_time: renew.map(at),
             ping_time: ping.map(at),
             ..CandidateView::default()
+        }
+    }
+
+    #[test]
+    fn leaderless_rules() {
+        const GC: Duration = Duration::from_secs(1800);
+        let now = at(10_000);
+        let held = |renew: i64| LeaseRecord {
+            holder_identity: Some("a".into()),
+            renew_time: Some(at(renew)),
+            lease_duration_seconds: Some(5),
+            ..LeaseRecord::default()
+        };
+        let released = LeaseRecord {
+            holder_identity: Some(String::new()),
+            renew_time: Some(at(9_999)),
+            lease_duration_seconds: Some(5),
+            ..LeaseRecord::default()
+        };
+        let live = candidate("a", Some(9_000), None);
+        let gone = candidate("b", Some(10_000 - 1_801), None);
+        let never = candidate("c", None, None);
+        let table = [
+            (
+                "held and renewed",
+                Some(held(9_998)),
+                vec![live.clone()],
+                false,
+            ),
+            (
+                "expired, live candidate",
+                Some(held(9_990)),
+                vec![live.clone()],
+                true,
+            ),
+            (
+                "released, live candidate",
+                Some(released.clone()),
+                vec![live.clone()],
+                true,
+            ),
+            (
+                "missing, live candidate",
+                None,
+                vec![gone.clone(), live.clone()],
+                true,
+            ),
+            (
+                "expired, candidates past GC",
+                Some(held(9_990)),
+                vec![gone.clone(), never],
+                false,
+            ),
+            ("missing, no candidates", None, vec![], false),
+            ("released, no candidates", Some(released), vec![], false),
+        ];
+        for (what, lease, candidates, expected) in table {
+            assert_eq!(
+                leaderless(lease.as_ref(), &candidates, now, GC),
+                expected,
+                "{what}"
+            );
         }
     }
 

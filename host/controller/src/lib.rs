@@ -44,8 +44,8 @@ pub use decide::{Decide, DecideError, DecideErrorKind};
 pub use key::{CandidateKey, LeaseKey};
 
 use cache::Caches;
-use conclave_core::k8s::{candidate_view, lease_record, now};
-use conclave_core::plan::{Mode, candidate_expired};
+use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candidate};
+use conclave_core::plan::{Mode, candidate_expired, leaderless};
 use conclave_core::request::ElectionRequest;
 use conclave_core::step::StepConfig;
 use conclave_core::time::Timestamp;
@@ -70,6 +70,11 @@ use writer::Writer;
 
 /// The name of the controller's own Lease (in `controller_namespace`).
 pub const CONTROLLER_LEASE: &str = "conclave-controller";
+
+/// How often the active replica counts the Leases it elects for that have no live holder
+/// (`conclave_leases_without_holder`): a pass over the managed Leases and their cached
+/// candidates, no API call. The alert on it waits minutes, so a few seconds' delay is nothing.
+pub const LEADERLESS_TICK: Duration = Duration::from_secs(5);
 
 /// Namespace and name of kube-apiserver's built-in controller Lease.
 pub const BUILTIN_LEASE: (&str, &str) = ("kube-system", "leader-election-controller");
@@ -251,6 +256,38 @@ impl Context {
         self.metrics.managed_leases.set(0);
         lock(&self.leases.conflicted).clear();
         self.metrics.conflicted_leases.set(0);
+        self.metrics.leases_without_holder.set(0);
+    }
+
+    /// How many managed Leases have no live holder while candidates exist
+    /// ([`conclave_core::plan::leaderless`]), from the caches: the Lease as a step reads it, and
+    /// its valid candidates.
+    fn count_leaderless(&self) -> usize {
+        let managed: Vec<LeaseKey> = lock(&self.leases.managed).iter().cloned().collect();
+        let now = now();
+        managed
+            .iter()
+            .filter(|key| {
+                let lease = self.caches.lease(key).map(|lease| {
+                    let mut record = lease_record(&lease);
+                    self.caches.annotate(key, &mut record, now);
+                    record
+                });
+                let candidates: Vec<_> = self
+                    .caches
+                    .candidates_for(key)
+                    .iter()
+                    .filter(|c| validate_lease_candidate(c).is_empty())
+                    .map(|c| candidate_view(c))
+                    .collect();
+                leaderless(
+                    lease.as_ref(),
+                    &candidates,
+                    now,
+                    self.config.candidate_gc_after,
+                )
+            })
+            .count()
     }
 
     async fn decide(
@@ -485,6 +522,9 @@ async fn lead(ctx: Arc<Context>, leadership: &Leadership, term: conclave_candida
     let gc_ctx = ctx.clone();
     let token = term.token().clone();
     term.spawn(async move { candidate_gc(gc_ctx, token).await });
+    let count_ctx = ctx.clone();
+    let token = term.token().clone();
+    term.spawn(async move { count_leaderless(count_ctx, token).await });
     term.cancelled().await;
     leadership.ended();
     ctx.metrics.active.set(0);
@@ -576,6 +616,22 @@ async fn count_candidates(ctx: Arc<Context>, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(Duration::from_secs(2)) => {}
         }
+    }
+}
+
+/// Keeps `leases_without_holder` current while this replica leads, every [`LEADERLESS_TICK`]
+/// (once per tick over the managed Leases, not per watch event). [`Context::end_term`] zeroes it,
+/// so only the active replica reports Leases and two replicas never count one twice.
+async fn count_leaderless(ctx: Arc<Context>, token: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(LEADERLESS_TICK) => {}
+        }
+        let count = ctx.count_leaderless();
+        ctx.metrics
+            .leases_without_holder
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 }
 

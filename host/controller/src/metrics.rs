@@ -199,6 +199,10 @@ pub struct Metrics {
     pub conflicted_leases: Gauge,
     /// Leases this controller currently manages (have candidates and a handled strategy).
     pub managed_leases: Gauge,
+    /// Managed Leases without a live holder (missing, released or expired) while candidates
+    /// exist ([`conclave_core::plan::leaderless`]); counted by the active replica every
+    /// [`LEADERLESS_TICK`](crate::LEADERLESS_TICK), 0 on followers.
+    pub leases_without_holder: Gauge,
     /// LeaseCandidates in the cache.
     pub candidates: Gauge,
     /// Candidates deleted by garbage collection.
@@ -232,6 +236,7 @@ impl Metrics {
             conflicts: Counter::default(),
             conflicted_leases: Gauge::default(),
             managed_leases: Gauge::default(),
+            leases_without_holder: Gauge::default(),
             candidates: Gauge::default(),
             gc_deletions: Counter::default(),
             holders_never_renewed: Counter::default(),
@@ -291,6 +296,12 @@ impl Metrics {
             "managed_leases",
             "Leases with candidates that this controller elects for",
             metrics.managed_leases.clone(),
+        );
+        r.register(
+            "leases_without_holder",
+            "Leases this controller elects for that have no live holder (missing, released or \
+             expired) while LeaseCandidates for them exist; 0 on followers",
+            metrics.leases_without_holder.clone(),
         );
         r.register(
             "candidates",

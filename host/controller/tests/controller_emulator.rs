@@ -955,3 +955,72 @@ async fn a_batch_of_candidates_gets_its_best_as_first_holder() {
         needless.len()
     );
 }
+
+/// Waits until the replica serving `/metrics` at `addr` reports `conclave_leases_without_holder`
+/// as `expected`.
+async fn wait_leaderless(addr: std::net::SocketAddr, expected: f64, what: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = scrape(addr).await;
+        if metric_sum(&body, "conclave_leases_without_holder") == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conclave_leases_without_holder never became {expected} ({what}):\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `conclave_leases_without_holder`: 0 while the elected holder renews; 1 once every candidate
+/// of the Lease is dead (the holder stopped renewing, no candidate answers its ping, their
+/// LeaseCandidates remain); 0 again once a new instance is elected and renews. A follower always
+/// reports 0, so the two replicas' series sum to the number of Leases.
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_leases_without_holder_while_candidates_exist() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let own: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let (active_addr, follower_addr) = (free_addr(), free_addr());
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(active_addr);
+    let _active = start(client.clone(), cfg);
+    wait_lease(
+        &own,
+        conclave_controller::CONTROLLER_LEASE,
+        "c1 active",
+        |r| r.holder() == Some("c1"),
+    )
+    .await;
+    let mut cfg = config(NS, "c2");
+    cfg.metrics_addr = Some(follower_addr);
+    let _follower = start(client.clone(), cfg);
+
+    let a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    let a_renews = CoordinatedHolder::start(leases.clone(), "l", "a");
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    // Another Lease, held all along: never counted.
+    let _c = candidate(&client, "c", "m", "1.31.0", "1.31.0", OEV).await;
+    let _c_renews = CoordinatedHolder::start(leases.clone(), "m", "c");
+    wait_lease(&leases, "m", "c elected", |r| r.holder() == Some("c")).await;
+    wait_leaderless(active_addr, 0.0, "both Leases held").await;
+
+    // Every candidate of l dies: its holder stops renewing and nothing answers pings.
+    drop(a_renews);
+    a.stop();
+    wait_leaderless(active_addr, 1.0, "l expired, a dead").await;
+    let follower = scrape(follower_addr).await;
+    assert_eq!(
+        metric_sum(&follower, "conclave_leases_without_holder"),
+        0.0,
+        "{follower}"
+    );
+    assert!(follower.contains("conclave_active 0"), "{follower}");
+
+    // A new instance registers and is elected.
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", OEV).await;
+    let _b_renews = CoordinatedHolder::start(leases.clone(), "l", "b");
+    wait_lease(&leases, "l", "b elected", |r| r.holder() == Some("b")).await;
+    wait_leaderless(active_addr, 0.0, "b holds l").await;
+}

@@ -22,6 +22,10 @@
 //! needs root and Debian's runc, CNI plugins, iptables and podman, and skips (or fails, with
 //! `CONCLAVE_REQUIRE_NODE=1`) without them.
 //!
+//! [`Prometheus`] runs Debian's `prometheus` server on loopback, scraping the targets and
+//! evaluating the rule files a test names, and answers queries through its HTTP API; it skips
+//! (or fails, with `CONCLAVE_REQUIRE_PROMETHEUS=1`) when the binary is missing.
+//!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
 //! is an error instead.
@@ -37,6 +41,7 @@ mod node;
 mod observer;
 mod pki;
 mod process;
+mod prometheus;
 mod sets;
 mod stall;
 
@@ -55,6 +60,7 @@ pub use holder::BuiltinControllerHold;
 pub use node::{NODE_NAME, NODE_REQUIRE_ENV, Node, PROBE_IMAGE};
 pub use observer::Observer;
 pub use process::ManagedProcess;
+pub use prometheus::{PROMETHEUS_REQUIRE_ENV, Prometheus, PrometheusConfig};
 pub use sets::{SeededSets, oldest_emulation_winner};
 pub use stall::{Stall, StallTarget};
 
@@ -136,6 +142,20 @@ pub enum Error {
         status: String,
         /// What it printed on stderr.
         stderr: String,
+    },
+    /// `prometheus` is missing while `CONCLAVE_REQUIRE_PROMETHEUS` demands it.
+    #[error(
+        "prometheus not found: run .ci/prepare-prometheus.sh (Debian's prometheus) or set \
+         PROMETHEUS (CONCLAVE_REQUIRE_PROMETHEUS is set, so this is an error rather than a skip)"
+    )]
+    PrometheusMissing,
+    /// A request to Prometheus's HTTP API failed or was answered with an error.
+    #[error("prometheus {request}: {message}")]
+    Prometheus {
+        /// The request (path and query).
+        request: String,
+        /// What went wrong: the API's error type and message, or the transport's.
+        message: String,
     },
     /// A caller passed an argument the harness cannot honour.
     #[error("invalid argument: {0}")]
