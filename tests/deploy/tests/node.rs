@@ -22,7 +22,8 @@ use conclave_deploy_tests::{
 };
 use conclave_testkit::wasm_build::build_plugins;
 use conclave_testkit::{
-    CandidateResponder, ControlPlane, NODE_NAME, Node, Observer, lease_candidate, wait_for,
+    CandidateResponder, ControlPlane, KUBERNETES_VERSION, NODE_NAME, Node, Observer, PROBE_IMAGE,
+    lease_candidate, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -295,6 +296,24 @@ fn assert_status_shows_the_election(kubectl: &Path, kubeconfig: &Path, plugins: 
 
 /// `kubectl logs` of `pod` shows the write that made `high` the holder of the Lease.
 fn assert_logs_show_the_election(kubectl: &Path, kubeconfig: &Path, pod: &str) {
+    let lease = format!("\"lease\":\"{ELECTION_NAMESPACE}/{ELECTION_LEASE}\"");
+    let (written, log) =
+        lease_written_in_log(kubectl, kubeconfig, pod, &lease, "\"winner\":\"high\"");
+    let written =
+        written.unwrap_or_else(|| panic!("no election of {lease} in the log of {pod}:\n{log}"));
+    eprintln!("kubectl logs {pod}: {written}");
+}
+
+/// The first line of `kubectl logs` of the controller replica `pod` saying it wrote the Lease
+/// `lease` (a `"lease":"ns/name"` field) with `winner` (a `"winner":...` field or a prefix of
+/// one), and the whole log.
+fn lease_written_in_log(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    pod: &str,
+    lease: &str,
+    winner: &str,
+) -> (Option<String>, String) {
     let kubeconfig = kubeconfig.to_string_lossy().into_owned();
     let out = run(
         kubectl,
@@ -310,22 +329,32 @@ fn assert_logs_show_the_election(kubectl: &Path, kubeconfig: &Path, pod: &str) {
     )
     .expect("kubectl logs");
     out.assert_success();
-    let lease = format!("\"lease\":\"{ELECTION_NAMESPACE}/{ELECTION_LEASE}\"");
     let written = out
         .stdout
         .lines()
-        .find(|l| {
-            l.contains("\"Lease written\"")
-                && l.contains("\"winner\":\"high\"")
-                && l.contains(&lease)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no election of {lease} in the log of {pod}:\n{}",
-                out.stdout
-            )
-        });
-    eprintln!("kubectl logs {pod}: {written}");
+        .find(|l| l.contains("\"Lease written\"") && l.contains(winner) && l.contains(lease))
+        .map(str::to_owned);
+    (written, out.stdout)
+}
+
+/// The namespace, Deployment, Lease and profile of `deploy/examples/kube-scheduler.yaml`.
+const SCHEDULER_NAMESPACE: &str = "kube-system";
+const SCHEDULER: &str = "conclave-kube-scheduler";
+const SCHEDULER_LEASE: &str = "kube-scheduler";
+const SCHEDULER_PROFILE: &str = "conclave-example-scheduler";
+
+/// `deploy/examples/kube-scheduler.yaml` with `image` (imported into the node, never pulled).
+fn scheduler_manifest(image: &str) -> String {
+    let path = repo_root().join("deploy/examples/kube-scheduler.yaml");
+    let manifest = std::fs::read_to_string(&path).expect("deploy/examples/kube-scheduler.yaml");
+    let upstream = format!("image: registry.k8s.io/kube-scheduler:{KUBERNETES_VERSION}");
+    assert!(
+        manifest.contains(&upstream),
+        "the example runs kube-scheduler {KUBERNETES_VERSION}, as the control plane does"
+    );
+    manifest
+        .replace(&upstream, &format!("image: {image}"))
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
 }
 
 /// The chart installed from `chart`'s ConfigMap plugins, its replicas Ready, one active.
@@ -1142,6 +1171,196 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         after_stall.holder.as_deref().unwrap_or_default(),
         after_stall.wall.duration_since(expiry).as_secs_f64()
     );
+
+    // An eviction of the leading component's pod through the Eviction API (as `kubectl drain`
+    // does): SIGTERM, the leader stops its work and releases, and the next leader is written
+    // long before the Lease could have expired. Graceful, so no HolderDead: the kubelet reported
+    // nothing dead while it was leading.
+    let leader = wait_for("a component leader", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look
+            .holder
+            .clone()
+            .filter(|_| look.candidates.len() == 3)
+            .map(|_| look))
+    })
+    .await
+    .expect("a component leader before the eviction");
+    let leader_name = leader.holder.clone().unwrap_or_default();
+    let (renewed, seconds) = leader.renewed.expect("the leader's renewal");
+    let leader_pod = component_pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+        .await
+        .expect("the component's pods")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .find(|name| is_identity_of(&leader_name, name))
+        .unwrap_or_else(|| panic!("no pod of the leader {leader_name}"));
+    let dead_before = count_holder_dead(&events).await;
+    let evicted_at = Instant::now();
+    component_pods
+        .evict(&leader_pod, &EvictParams::default())
+        .await
+        .expect("evicting the leading component's pod");
+    let after_eviction = wait_for("a leader after the eviction", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look
+            .holder
+            .clone()
+            .filter(|h| *h != leader_name)
+            .map(|_| look))
+    })
+    .await
+    .expect("the next leader after the eviction");
+    let expiry = renewed + jiff::SignedDuration::from_secs(seconds);
+    assert!(
+        after_eviction.wall < expiry,
+        "the evicted leader {leader_name} was replaced at {}, only once its Lease expired at \
+         {expiry}: no graceful release",
+        after_eviction.wall
+    );
+    assert_eq!(
+        count_holder_dead(&events).await,
+        dead_before,
+        "a graceful eviction is no death"
+    );
+    eprintln!(
+        "drill: eviction of the leading component's pod {leader_pod} -> next leader {} after \
+         {:.2} s, {:.1} s before the evicted leader's Lease would have expired",
+        after_eviction.holder.as_deref().unwrap_or_default(),
+        after_eviction.at.duration_since(evicted_at).as_secs_f64(),
+        expiry.duration_since(after_eviction.wall).as_secs_f64()
+    );
+
+    // kube-scheduler v1.37 as pods (its image FROM scratch, the control plane's own binary) with
+    // the CoordinatedLeaderElection gate: its replicas only announce themselves, and the chart's
+    // controller (the built-in one is held passive) writes one of them into the Lease. The
+    // elected one schedules.
+    let scheduler_image = node
+        .import_kube_scheduler()
+        .expect("importing kube-scheduler's image");
+    run(
+        &kubectl,
+        &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
+        Some(&scheduler_manifest(&scheduler_image)),
+    )
+    .expect("kubectl apply")
+    .assert_success();
+    rolled_out(&client, SCHEDULER_NAMESPACE, SCHEDULER, 2).await;
+    let scheduler_pods: Api<Pod> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
+    let scheduler_names: Vec<String> = scheduler_pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={SCHEDULER}")))
+        .await
+        .expect("kube-scheduler's pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let scheduler_leases: Api<Lease> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
+    let scheduler_candidates: Api<LeaseCandidate> =
+        Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
+    let elected = wait_for("kube-scheduler elected", ELECTION_TIMEOUT, || async {
+        let candidates: Vec<String> = scheduler_candidates
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|c| {
+                c.spec
+                    .as_ref()
+                    .is_some_and(|s| s.lease_name == SCHEDULER_LEASE)
+            })
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        let spec = scheduler_leases
+            .get_opt(SCHEDULER_LEASE)
+            .await?
+            .and_then(|l| l.spec);
+        Ok(spec
+            .filter(|_| candidates.len() == 2)
+            .and_then(|s| Some((s.holder_identity?, s.strategy, candidates))))
+    })
+    .await
+    .expect("kube-scheduler's Lease written");
+    let (holder, strategy, candidates) = elected;
+    // kube-scheduler's identity is its host name (the pod's name), `_`, a UUID.
+    assert!(
+        scheduler_names
+            .iter()
+            .any(|pod| holder.starts_with(&format!("{pod}_"))),
+        "the holder {holder} is one of kube-scheduler's pods {scheduler_names:?}"
+    );
+    assert!(
+        candidates.contains(&holder),
+        "{holder} among {candidates:?}"
+    );
+    assert_eq!(strategy.as_deref(), Some("OldestEmulationVersion"));
+    let (controller, _) = one_active_one_standby(&pods).await;
+    let scheduler_lease = format!("\"lease\":\"{SCHEDULER_NAMESPACE}/{SCHEDULER_LEASE}\"");
+    let winner = format!("\"winner\":\"{holder}\"");
+    let written = wait_for(
+        "the controller's log of kube-scheduler's election",
+        ELECTION_TIMEOUT,
+        || {
+            let (kubectl, kubeconfig) = (kubectl.clone(), plane.kubeconfig_path().to_owned());
+            let (name, lease, winner) = (
+                controller.name.clone(),
+                scheduler_lease.clone(),
+                winner.clone(),
+            );
+            async move { Ok(lease_written_in_log(&kubectl, &kubeconfig, &name, &lease, &winner).0) }
+        },
+    )
+    .await
+    .expect("the active controller wrote kube-scheduler's Lease");
+    // The elected kube-scheduler schedules a Pod that asks for it.
+    let probe_pods: Api<Pod> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+    let probe: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "scheduled-by-the-elected-scheduler"},
+        "spec": {
+            "schedulerName": SCHEDULER_PROFILE,
+            "containers": [{
+                "name": "probe",
+                "image": PROBE_IMAGE,
+                "imagePullPolicy": "Never",
+            }],
+        },
+    }))
+    .expect("a Pod");
+    probe_pods
+        .create(&Default::default(), &probe)
+        .await
+        .expect("creating a Pod for kube-scheduler");
+    let bound = wait_for("the Pod scheduled", ELECTION_TIMEOUT, || async {
+        let pod = probe_pods.get("scheduled-by-the-elected-scheduler").await?;
+        Ok(pod.spec.and_then(|s| s.node_name))
+    })
+    .await
+    .expect("kube-scheduler scheduled the Pod");
+    assert_eq!(bound, NODE_NAME);
+    eprintln!(
+        "kube-scheduler {KUBERNETES_VERSION} as 2 pods: {holder} elected by {} ({written}); it \
+         bound a Pod with schedulerName {SCHEDULER_PROFILE} to {}",
+        controller.name, bound
+    );
+    let pods_wide = run(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "get",
+            "pods",
+            "-A",
+            "-o",
+            "wide",
+        ],
+        None,
+    )
+    .expect("kubectl get pods");
+    pods_wide.assert_success();
+    eprintln!("kubectl get pods -A -o wide:\n{}", pods_wide.stdout);
 }
 
 /// Guard for the README's quick-start cluster: stops it and removes its directory when dropped.

@@ -4,8 +4,10 @@
 #
 #   node.sh prepare BIN_DIR        checks Debian's runc, CNI plugins, iptables and podman, and builds
 #                                  (FROM scratch, cached) the sandbox image BIN_DIR/pause.tar
-#                                  (localhost/pause:local) and the test workload BIN_DIR/probe.tar
-#                                  (localhost/conclave-probe:local)
+#                                  (localhost/pause:local), the test workload BIN_DIR/probe.tar
+#                                  (localhost/conclave-probe:local), and kube-scheduler as a pod's
+#                                  image BIN_DIR/kube-scheduler.tar (localhost/kube-scheduler:VERSION,
+#                                  the binary BIN_DIR/kube-scheduler, VERSION from its --version)
 #   node.sh setup DIR              sysctls, the bridge, a FORWARD guard, and the configuration files
 #                                  (containerd.toml, kubelet.yaml, cni/) written into DIR; prints
 #                                  the node's IP address
@@ -50,6 +52,32 @@ prepare() {
     fi
     image "$bin" pause localhost/pause:local
     image "$bin" probe localhost/conclave-probe:local
+    binary_image "$bin" kube-scheduler
+}
+
+# Builds the static binary BIN_DIR/NAME into a FROM scratch image localhost/NAME:VERSION (VERSION
+# from `NAME --version`), running as 65532 (nonroot), saved as the docker archive
+# BIN_DIR/NAME.tar, unless that archive exists and is newer than the binary.
+binary_image() {
+    local bin=$1 name=$2 start work version tag
+    if [[ -f $bin/$name.tar && $bin/$name.tar -nt $bin/$name ]]; then
+        return 0
+    fi
+    start=$(date +%s)
+    version=$("$bin/$name" --version | awk '{print $NF}')
+    tag=localhost/$name:$version
+    work=$(mktemp -d)
+    cp "$bin/$name" "$work/$name"
+    printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nUSER 65532:65532\nENTRYPOINT ["/usr/local/bin/%s"]\n' \
+        "$name" "$name" "$name" >"$work/Containerfile"
+    local podman=(podman --root "$work/root" --runroot "$work/run" --storage-driver vfs)
+    "${podman[@]}" build --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+        -q -t "$tag" -f "$work/Containerfile" "$work" >/dev/null
+    "${podman[@]}" save -q --format docker-archive -o "$work/$name.tar" "$tag"
+    "${podman[@]}" rmi -a -f >/dev/null 2>&1 || true
+    mv "$work/$name.tar" "$bin/$name.tar"
+    rm -rf "$work"
+    say "built image $tag into $bin/$name.tar in $(( $(date +%s) - start ))s"
 }
 
 # Builds the Go program in node/NAME statically into a FROM scratch image TAG, saved as the docker

@@ -27,7 +27,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use crate::binaries::{Binaries, workspace_root};
+use crate::binaries::{Binaries, KUBERNETES_VERSION, workspace_root};
 use crate::control_plane::free_port;
 use crate::process::ManagedProcess;
 use crate::{ControlPlane, Error};
@@ -64,8 +64,11 @@ const NODE_BINARIES: [&str; 5] = [
 ];
 /// The pods' range (`node.sh`'s SUBNET), for kube-proxy's `--cluster-cidr`.
 const POD_CIDR: &str = "10.244.0.0/24";
-/// The image archives `node.sh prepare` builds into the binaries' directory.
+/// The image archives `node.sh prepare` builds into the binaries' directory, imported at start.
 const IMAGES: [&str; 2] = ["pause.tar", "probe.tar"];
+/// The archive of kube-scheduler's image `node.sh prepare` builds (FROM scratch, the control
+/// plane's own binary), imported by [`Node::import_kube_scheduler`] for the tests that run it.
+const KUBE_SCHEDULER_ARCHIVE: &str = "kube-scheduler.tar";
 
 /// A running node (containerd + kubelet + kube-proxy) and the controllers a node needs to run Pods
 /// (kube-controller-manager for ServiceAccounts and ReplicaSets, kube-scheduler), joined to a
@@ -79,6 +82,7 @@ pub struct Node {
     dir: PathBuf,
     ctr: PathBuf,
     node_sh: PathBuf,
+    kube_scheduler_archive: PathBuf,
     kubelet: ManagedProcess,
     proxy: ManagedProcess,
     scheduler: ManagedProcess,
@@ -242,6 +246,7 @@ impl Node {
             dir,
             ctr,
             node_sh,
+            kube_scheduler_archive: plane.binaries().path(KUBE_SCHEDULER_ARCHIVE),
             kubelet,
             proxy,
             scheduler,
@@ -311,6 +316,14 @@ impl Node {
     /// the node's containerd, where Pods with `imagePullPolicy: IfNotPresent` or `Never` find it.
     pub fn import_image(&self, archive: &Path) -> Result<(), Error> {
         import_archive(&self.node_sh, &self.dir, &self.ctr, archive)
+    }
+
+    /// Imports kube-scheduler's image into containerd and returns its reference
+    /// (`localhost/kube-scheduler:<KUBERNETES_VERSION>`): the control plane's own kube-scheduler
+    /// binary, to run as a Pod the way clusters run their control plane on their nodes.
+    pub fn import_kube_scheduler(&self) -> Result<String, Error> {
+        self.import_image(&self.kube_scheduler_archive)?;
+        Ok(format!("localhost/kube-scheduler:{KUBERNETES_VERSION}"))
     }
 
     /// Sends SIGKILL to the container `container_id` (the id in a Pod's
@@ -562,6 +575,7 @@ fn unavailable(binaries: &Binaries, node_sh: &Path) -> Option<String> {
     }
     IMAGES
         .iter()
+        .chain([&KUBE_SCHEDULER_ARCHIVE])
         .map(|i| binaries.path(i))
         .find(|p| !p.is_file())
         .map(|p| format!("{} is missing after node.sh prepare", p.display()))
