@@ -95,6 +95,29 @@ fn service_monitor_is_rendered_only_when_enabled() {
     assert!(monitor.contains("path: /metrics"), "{monitor}");
 }
 
+/// Pod liveness is on by default, with read access to pods; off, the flag says so and the
+/// controller is granted nothing on pods (least privilege); any other value is refused.
+#[test]
+fn pod_liveness_is_a_value_and_pods_are_granted_only_while_it_is_on() {
+    let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let grants_pods = |text: &str| text.contains("resources: [\"pods\"]");
+    let default = helm_template(&helm, &[]).expect("running helm template");
+    default.assert_success();
+    assert!(default.stdout.contains("- --pod-liveness=on"));
+    assert!(grants_pods(&default.stdout), "pods readable by default");
+    let off = helm_template(&helm, &["--set", "controller.podLiveness=off"])
+        .expect("running helm template");
+    off.assert_success();
+    assert!(off.stdout.contains("- --pod-liveness=off"));
+    assert!(!grants_pods(&off.stdout), "no access to pods while off");
+    let wrong = helm_template(&helm, &["--set", "controller.podLiveness=maybe"])
+        .expect("running helm template");
+    assert!(!wrong.success(), "podLiveness=maybe was accepted");
+    assert!(wrong.stderr.contains("podLiveness"), "{}", wrong.stderr);
+}
+
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// Plugins from an image volume are pinned by digest; an unpinned image is refused at render.

@@ -7,10 +7,10 @@ The rules for managing coordinated Leases, exactly what `conclave run` does and 
 - Events (events.k8s.io/v1, through kube-runtime's Recorder): Elected, Preempted,
   StrategyConflict, PluginError on Leases; patch bumps the series count of a repeated event.
   Core (v1) Events are not used, so not granted.
-- Pods: read only (get/list/watch), for pod liveness (`--pod-liveness`, on by default): the
-  kubelet's report that a holder's container terminated, or its Pod's deletion, fails over
-  before the Lease expires. Never written. Without it the controller logs one warning and
-  fails over at expiry.
+- Pods: read only (get/list/watch), for pod liveness (`controller.podLiveness`, on by default):
+  the kubelet's report that a holder's container terminated, or its Pod's deletion, fails over
+  before the Lease expires. Never written; not granted when pod liveness is off. Without it the
+  controller logs one warning and fails over at expiry.
 Nothing else: no Secrets, ConfigMaps or Namespaces.
 */}}
 {{- define "conclave.managedLeaseRules" -}}
@@ -23,7 +23,9 @@ Nothing else: no Secrets, ConfigMaps or Namespaces.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if eq .Values.controller.podLiveness "on" }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+{{- end }}
 {{- end -}}
