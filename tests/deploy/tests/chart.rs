@@ -95,8 +95,9 @@ fn service_monitor_is_rendered_only_when_enabled() {
     assert!(monitor.contains("path: /metrics"), "{monitor}");
 }
 
-/// Pod liveness is on by default, with read access to pods; off, the flag says so and the
-/// controller is granted nothing on pods (least privilege); any other value is refused.
+/// Pod liveness is on by default (also when the value is unset), with read access to pods; off,
+/// the flag says so and the controller is granted nothing on pods (least privilege); any other
+/// value is refused.
 #[test]
 fn pod_liveness_is_a_value_and_pods_are_granted_only_while_it_is_on() {
     let Some(helm) = locate_helm().expect("locating helm") else {
@@ -112,6 +113,17 @@ fn pod_liveness_is_a_value_and_pods_are_granted_only_while_it_is_on() {
     off.assert_success();
     assert!(off.stdout.contains("- --pod-liveness=off"));
     assert!(!grants_pods(&off.stdout), "no access to pods while off");
+    // Unset, as after `helm upgrade --reuse-values` from a chart without the value (seen on the
+    // real node: the flag went out empty and the controller crash-looped): on.
+    let unset = helm_template(&helm, &["--set", "controller.podLiveness=null"])
+        .expect("running helm template");
+    unset.assert_success();
+    assert!(
+        unset.stdout.contains("- --pod-liveness=on"),
+        "{}",
+        unset.stdout
+    );
+    assert!(grants_pods(&unset.stdout), "pods readable when unset");
     let wrong = helm_template(&helm, &["--set", "controller.podLiveness=maybe"])
         .expect("running helm template");
     assert!(!wrong.success(), "podLiveness=maybe was accepted");

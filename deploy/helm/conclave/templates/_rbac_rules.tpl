@@ -10,7 +10,8 @@ The rules for managing coordinated Leases, exactly what `conclave run` does and 
 - Pods: read only (get/list/watch), for pod liveness (`controller.podLiveness`, on by default):
   the kubelet's report that a holder's container terminated, or its Pod's deletion, fails over
   before the Lease expires. Never written; not granted when pod liveness is off. Without it the
-  controller logs one warning and fails over at expiry.
+  controller logs one warning and fails over at expiry. Unset (a `helm upgrade --reuse-values`
+  from a chart without the value) counts as on, as in the flag's default.
 Nothing else: no Secrets, ConfigMaps or Namespaces.
 */}}
 {{- define "conclave.managedLeaseRules" -}}
@@ -23,7 +24,7 @@ Nothing else: no Secrets, ConfigMaps or Namespaces.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-{{- if eq .Values.controller.podLiveness "on" }}
+{{- if ne (.Values.controller.podLiveness | default "on") "off" }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
