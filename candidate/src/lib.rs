@@ -46,8 +46,8 @@
 //!
 //! # Timing assumptions
 //!
-//! Two instances never lead at once as long as (the README's "The timing assumptions safety rests
-//! on" has the same list with what happens when one is broken):
+//! Two instances never lead at once as long as (docs/differences.md, "The timing assumptions
+//! safety rests on", has the same list with what happens when one is broken):
 //! - clock *skew* does not matter: a term is measured on this process's monotonic clock from when
 //!   it sent its last renewal, and the controller measures expiry from when it saw that renewal;
 //! - clock *drift* between this process and the controller stays under the abort grace per

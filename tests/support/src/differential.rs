@@ -9,7 +9,7 @@
 //! Lease while it holds it and releases it when `preferredHolder` names someone else. The
 //! holder each controller settles on is compared ([`classify`]); where upstream's answer depends
 //! on list order or on the second a candidate was created in, or where Conclave deviates on
-//! purpose (README, "Where Conclave elects differently"), the case is counted as a documented
+//! purpose (docs/differences.md), the case is counted as a documented
 //! deviation instead of a difference. [`Report`] prints the table.
 //!
 //! Which controller elects is the caller's business ([`run_differential`] takes a function that
@@ -620,7 +620,7 @@ pub async fn clear(client: &Client, ns: &str) -> Result<(), Error> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Deviation {
     /// Versions and creationTimestamp tie in both runs: upstream takes the lister's order,
-    /// Conclave the smallest name (README: "a full tie is broken by candidate name").
+    /// Conclave the smallest name (docs/differences.md: "a full tie is broken by candidate name").
     TieBreak,
     /// Versions tie and the candidates registered in one burst, but in one run only they were
     /// created in the same second: the answer depends on the second boundary (timing).
@@ -629,7 +629,7 @@ pub enum Deviation {
     /// lister's order changes from one reconcile to the next, and with it the best.
     TieNeverSettled,
     /// The Lease was created with a third-party strategy: upstream overwrites it from the
-    /// candidates and elects, Conclave keeps it (README: "a Lease's own spec.strategy is kept
+    /// candidates and elects, Conclave keeps it (docs/differences.md: "a Lease's own spec.strategy is kept
     /// once written") and, with no plugin for it, elects nobody.
     StickyStrategy,
 }
