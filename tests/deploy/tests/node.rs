@@ -15,7 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use conclave_deploy_tests::image::{Image, NONROOT, locate_image};
+use conclave_deploy_tests::image::{NONROOT, locate_image};
+use conclave_deploy_tests::workloads::{
+    self, COMPONENT, COMPONENT_NAMESPACE, ElectionLook, SCHEDULER, SCHEDULER_LEASE,
+    SCHEDULER_NAMESPACE, SCHEDULER_PROFILE, component_manifest, is_identity_of, load_image,
+    rolled_out, scheduler_manifest,
+};
 use conclave_deploy_tests::{
     FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
     locate_kubectl, repo_root, run, run_with_env,
@@ -53,9 +58,6 @@ const ELECTION_NAMESPACE: &str = "default";
 const ELECTION_LEASE: &str = "priority-demo";
 /// The annotation `conclave.dev/priority` reads.
 const PRIORITY_ANNOTATION: &str = "coordination.conclave.dev/priority";
-/// The example component's namespace, Lease and container (deploy/examples/component.yaml).
-const COMPONENT_NAMESPACE: &str = "conclave-demo";
-const COMPONENT: &str = "example-component";
 /// The emulation version the example starts with, and the one it is rolled to.
 const OLD_EMULATION: &str = "1.36.0";
 const NEW_EMULATION: &str = "1.37.0";
@@ -204,14 +206,6 @@ fn holder_log(kubeconfig: &Path) -> Observer<HolderLog> {
     .expect("starting the holder log")
 }
 
-/// The identity a replica's elector uses: its pod name, possibly with a per-process suffix.
-fn is_identity_of(identity: &str, pod: &str) -> bool {
-    identity == pod
-        || identity
-            .strip_prefix(pod)
-            .is_some_and(|rest| rest.starts_with('-'))
-}
-
 /// Registers two live candidates of `conclave.dev/priority` for one Lease, `low` (priority 10,
 /// the older emulation version: `OldestEmulationVersion` would pick it) and `high` (priority
 /// 20), and waits until the controller made `high` the holder: only the plugin picks it.
@@ -337,26 +331,6 @@ fn lease_written_in_log(
     (written, out.stdout)
 }
 
-/// The namespace, Deployment, Lease and profile of `deploy/examples/kube-scheduler.yaml`.
-const SCHEDULER_NAMESPACE: &str = "kube-system";
-const SCHEDULER: &str = "conclave-kube-scheduler";
-const SCHEDULER_LEASE: &str = "kube-scheduler";
-const SCHEDULER_PROFILE: &str = "conclave-example-scheduler";
-
-/// `deploy/examples/kube-scheduler.yaml` with `image` (imported into the node, never pulled).
-fn scheduler_manifest(image: &str) -> String {
-    let path = repo_root().join("deploy/examples/kube-scheduler.yaml");
-    let manifest = std::fs::read_to_string(&path).expect("deploy/examples/kube-scheduler.yaml");
-    let upstream = format!("image: registry.k8s.io/kube-scheduler:{KUBERNETES_VERSION}");
-    assert!(
-        manifest.contains(&upstream),
-        "the example runs kube-scheduler {KUBERNETES_VERSION}, as the control plane does"
-    );
-    manifest
-        .replace(&upstream, &format!("image: {image}"))
-        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
-}
-
 /// The chart installed from `chart`'s ConfigMap plugins, its replicas Ready, one active.
 async fn wait_deployment_ready(client: &Client) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
@@ -380,54 +354,9 @@ async fn wait_deployment_ready(client: &Client) {
 /// One look at the example component's election: the Lease first, then the candidates (a
 /// candidate of the old version listed after the Lease was read existed when it was read: none
 /// is created once the roll starts).
-#[derive(Clone, Debug)]
-struct ElectionLook {
-    at: Instant,
-    /// The same moment on the wall clock, which the API server's times share (one machine).
-    wall: jiff::Timestamp,
-    holder: Option<String>,
-    /// The holder's last renewal and its Lease duration, when it holds.
-    renewed: Option<(jiff::Timestamp, i64)>,
-    /// Each candidate's name and emulation version.
-    candidates: Vec<(String, String)>,
-}
-
+/// A look at the example component's election.
 async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    let at = Instant::now();
-    let wall = jiff::Timestamp::now();
-    let spec = leases
-        .get_opt(COMPONENT)
-        .await?
-        .and_then(|l| l.spec)
-        .unwrap_or_default();
-    let listed = candidates.list(&ListParams::default()).await?;
-    let candidates = listed
-        .items
-        .into_iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter_map(|c| {
-            let spec = c.spec?;
-            (spec.lease_name == COMPONENT).then(|| {
-                (
-                    c.metadata.name.unwrap_or_default(),
-                    spec.emulation_version.unwrap_or_default(),
-                )
-            })
-        })
-        .collect();
-    let holder = spec.holder_identity.filter(|h| !h.is_empty());
-    Ok(ElectionLook {
-        at,
-        wall,
-        renewed: holder.as_ref().and(
-            spec.renew_time
-                .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
-        ),
-        holder,
-        candidates,
-    })
+    workloads::look_at_election(client, COMPONENT_NAMESPACE, COMPONENT).await
 }
 
 /// Looks at the example component's election every [`DRILL_POLL`] until dropped; the looks
@@ -470,67 +399,6 @@ fn hand_offs(looks: &[ElectionLook]) -> Vec<(String, String, Duration, bool)> {
         last = Some(look);
     }
     found
-}
-
-/// The example component's Deployment, with the image under test.
-fn component_manifest(image: &str) -> String {
-    let path = repo_root().join("deploy/examples/component.yaml");
-    let manifest = std::fs::read_to_string(&path).expect("deploy/examples/component.yaml");
-    let manifest = manifest.replace(
-        "image: ghcr.io/conclave-dev/conclave:0.1.0",
-        &format!("image: {image}"),
-    );
-    assert!(
-        manifest.contains(image),
-        "the example names the chart's image"
-    );
-    manifest.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
-}
-
-/// Waits until the Deployment `namespace/name` has rolled out: `replicas` replicas, every one
-/// updated and Ready, no old one left.
-async fn rolled_out(client: &Client, namespace: &str, name: &str, replicas: i32) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    wait_for(
-        &format!("{namespace}/{name} rolled out"),
-        READY_TIMEOUT,
-        || {
-            let deployments = deployments.clone();
-            async move {
-                let d = deployments.get(name).await?;
-                let generation = d.metadata.generation;
-                let status = d.status.unwrap_or_default();
-                Ok((status.observed_generation == generation
-                    && status.updated_replicas == Some(replicas)
-                    && status.ready_replicas == Some(replicas)
-                    && status.replicas == Some(replicas))
-                .then_some(()))
-            }
-        },
-    )
-    .await
-    .expect("rolled out");
-}
-
-/// Copies `reference` from the podman store into the node's containerd, as `cluster.sh load`.
-fn load_image(image: &Image, node: &Node, reference: &str) {
-    let archive = tempfile::NamedTempFile::new().expect("temp file");
-    let archive_path = archive.path().to_string_lossy().into_owned();
-    image
-        .podman
-        .run(&[
-            "save",
-            "-q",
-            "--format",
-            "docker-archive",
-            "-o",
-            &archive_path,
-            reference,
-        ])
-        .expect("podman save")
-        .assert_success();
-    node.import_image(archive.path())
-        .expect("importing the image");
 }
 
 /// Counts the replicas answering `ok: active` every [`DRILL_POLL`] until dropped: the most seen
@@ -595,7 +463,7 @@ async fn elections_while(
 /// healthy for the current pods (its status lags pods that come and go).
 async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudgetStatus {
     wait_for(
-        "the PodDisruptionBudget counting 2 healthy replicas",
+        "the PodDisruptionBudget counting 2 healthy replicas and allowing 1 disruption",
         READY_TIMEOUT,
         || {
             let budgets = budgets.clone();
@@ -606,6 +474,7 @@ async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudg
                 Ok((current
                     && status.current_healthy == 2
                     && status.expected_pods == 2
+                    && status.disruptions_allowed == 1
                     && status
                         .disrupted_pods
                         .as_ref()
@@ -669,7 +538,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .expect("holding the built-in controller passive");
 
     // No registry: the image goes from the podman store into containerd, as `cluster.sh load`.
-    load_image(&image, &node, &image.reference);
+    load_image(&image, &node, &image.reference).expect("loading the image into the node");
 
     // The beta plugin conclave.dev/priority, shipped in the chart's ConfigMap.
     let plugins = build_plugins(&["priority"]);
@@ -869,10 +738,20 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         }
     };
     cordon(true).await;
-    pods.evict(&first.name, &EvictParams::default())
+    // One attempt per eviction, as `kubectl drain` reports a refusal (kube's default client
+    // would retry the 429 for minutes).
+    let evictions: Api<Pod> = Api::namespaced(
+        plane
+            .client_without_retries()
+            .await
+            .expect("a client without retries"),
+        RELEASE_NAMESPACE,
+    );
+    evictions
+        .evict(&first.name, &EvictParams::default())
         .await
         .expect("the first eviction is allowed");
-    match pods.evict(&second.name, &EvictParams::default()).await {
+    match evictions.evict(&second.name, &EvictParams::default()).await {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 429, "{status:?}"),
         other => panic!(
             "the second eviction ({}) was not refused by the budget: {other:?}",
@@ -882,7 +761,8 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     cordon(false).await;
     wait_deployment_ready(&client).await;
     healthy_budget(&budgets).await;
-    pods.evict(&second.name, &EvictParams::default())
+    evictions
+        .evict(&second.name, &EvictParams::default())
         .await
         .expect("the second eviction is allowed once the first replica was replaced");
     wait_deployment_ready(&client).await;
@@ -901,7 +781,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .run(&["tag", &image.reference, &rolled])
         .expect("podman tag")
         .assert_success();
-    load_image(&image, &node, &rolled);
+    load_image(&image, &node, &rolled).expect("loading the image into the node");
     let actives = active_log(plane.kubeconfig_path());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churn = tokio::spawn(elections_while(client.clone(), Arc::clone(&stop)));
@@ -924,7 +804,9 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     )
     .expect("running helm upgrade")
     .assert_success();
-    rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2).await;
+    rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT)
+        .await
+        .expect("rolled out");
     let (active, _standby) = one_active_one_standby(&pods).await;
     let roll_took = roll_started.elapsed();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -968,11 +850,13 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let apply = run(
         &kubectl,
         &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
-        Some(&component_manifest(&image.reference)),
+        Some(&component_manifest(&image.reference).expect("the component's manifest")),
     )
     .expect("kubectl apply");
     apply.assert_success();
-    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3).await;
+    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3, READY_TIMEOUT)
+        .await
+        .expect("rolled out");
     let first = wait_for("the component elected", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
         Ok(look.holder.filter(|_| look.candidates.len() == 3))
@@ -993,7 +877,9 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .patch(COMPONENT, &PatchParams::default(), &Patch::Strategic(roll))
         .await
         .expect("rolling the component");
-    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3).await;
+    rolled_out(&client, COMPONENT_NAMESPACE, COMPONENT, 3, READY_TIMEOUT)
+        .await
+        .expect("rolled out");
     let new_leader = wait_for("a leader of the new version", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
         let holder = look.holder.clone();
@@ -1243,11 +1129,13 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     run(
         &kubectl,
         &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
-        Some(&scheduler_manifest(&scheduler_image)),
+        Some(&scheduler_manifest(&scheduler_image).expect("kube-scheduler's manifest")),
     )
     .expect("kubectl apply")
     .assert_success();
-    rolled_out(&client, SCHEDULER_NAMESPACE, SCHEDULER, 2).await;
+    rolled_out(&client, SCHEDULER_NAMESPACE, SCHEDULER, 2, READY_TIMEOUT)
+        .await
+        .expect("rolled out");
     let scheduler_pods: Api<Pod> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
     let scheduler_names: Vec<String> = scheduler_pods
         .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={SCHEDULER}")))

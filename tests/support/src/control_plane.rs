@@ -295,6 +295,15 @@ impl ControlPlane {
         Ok(conclave_candidate::client(self.config().await?)?)
     }
 
+    /// A new admin client that returns 429, 503 and 504 answers as they come. kube's default
+    /// client retries them up to 15 times with a doubling back-off (minutes in all), which turns a
+    /// refusal a test expects, such as an eviction the PodDisruptionBudget refuses, into a wait.
+    pub async fn client_without_retries(&self) -> Result<Client, Error> {
+        let mut config = self.config().await?;
+        config.default_retry = false;
+        Ok(conclave_candidate::client(config)?)
+    }
+
     /// A client acting as user `name` in `groups` (plus `system:authenticated`), for RBAC tests.
     ///
     /// It authenticates with the admin certificate and impersonates the user, so authorization

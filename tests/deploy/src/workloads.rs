@@ -1,0 +1,178 @@
+//! The example workloads of `deploy/examples/` on a real node, shared by the node tests and the
+//! node failover bench: their manifests with a local image, rollout waits, a look at an
+//! election, and images copied from podman into the node.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use conclave_testkit::{KUBERNETES_VERSION, Node, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::image::Image;
+use crate::{Error, repo_root};
+
+/// The namespace of `deploy/examples/component.yaml`.
+pub const COMPONENT_NAMESPACE: &str = "conclave-demo";
+/// Its Deployment, and the Lease its replicas elect.
+pub const COMPONENT: &str = "example-component";
+/// The namespace of `deploy/examples/kube-scheduler.yaml`.
+pub const SCHEDULER_NAMESPACE: &str = "kube-system";
+/// Its Deployment (and ServiceAccount, ConfigMap, bindings).
+pub const SCHEDULER: &str = "conclave-kube-scheduler";
+/// The Lease its replicas elect (kube-scheduler's own).
+pub const SCHEDULER_LEASE: &str = "kube-scheduler";
+/// The scheduling profile it serves (`spec.schedulerName` of the Pods it schedules).
+pub const SCHEDULER_PROFILE: &str = "conclave-example-scheduler";
+
+/// One look at an election: its Lease and candidates, when the look was taken.
+#[derive(Clone, Debug)]
+pub struct ElectionLook {
+    /// When the look started, on the monotonic clock.
+    pub at: Instant,
+    /// The same moment on the wall clock, which the API server's times share (one machine).
+    pub wall: jiff::Timestamp,
+    /// The holder, if one holds.
+    pub holder: Option<String>,
+    /// The holder's last renewal and its Lease duration, when it holds.
+    pub renewed: Option<(jiff::Timestamp, i64)>,
+    /// Each candidate's name and emulation version.
+    pub candidates: Vec<(String, String)>,
+}
+
+/// Looks at the election of Lease `namespace/lease`: its holder and its candidates.
+pub async fn look_at_election(
+    client: &Client,
+    namespace: &str,
+    lease: &str,
+) -> Result<ElectionLook, kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), namespace);
+    let at = Instant::now();
+    let wall = jiff::Timestamp::now();
+    let spec = leases
+        .get_opt(lease)
+        .await?
+        .and_then(|l| l.spec)
+        .unwrap_or_default();
+    let listed = candidates.list(&ListParams::default()).await?;
+    let candidates = listed
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| {
+            let spec = c.spec?;
+            (spec.lease_name == lease).then(|| {
+                (
+                    c.metadata.name.unwrap_or_default(),
+                    spec.emulation_version.unwrap_or_default(),
+                )
+            })
+        })
+        .collect();
+    let holder = spec.holder_identity.filter(|h| !h.is_empty());
+    Ok(ElectionLook {
+        at,
+        wall,
+        renewed: holder.as_ref().and(
+            spec.renew_time
+                .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
+        ),
+        holder,
+        candidates,
+    })
+}
+
+/// Whether `identity` is one a process in Pod `pod` elects under: the pod's name, possibly with
+/// a per-process suffix (`-<hex>`, conclave-candidate) or a UUID (`_<uuid>`, client-go).
+pub fn is_identity_of(identity: &str, pod: &str) -> bool {
+    identity == pod
+        || identity
+            .strip_prefix(pod)
+            .is_some_and(|rest| rest.starts_with('-') || rest.starts_with('_'))
+}
+
+/// `deploy/examples/component.yaml` with `image` (imported into the node, never pulled).
+pub fn component_manifest(image: &str) -> Result<String, Error> {
+    let upstream = "image: ghcr.io/conclave-dev/conclave:0.1.0";
+    local_manifest("deploy/examples/component.yaml", upstream, image)
+}
+
+/// `deploy/examples/kube-scheduler.yaml` with `image` (imported into the node, never pulled).
+pub fn scheduler_manifest(image: &str) -> Result<String, Error> {
+    let upstream = format!("image: registry.k8s.io/kube-scheduler:{KUBERNETES_VERSION}");
+    local_manifest("deploy/examples/kube-scheduler.yaml", &upstream, image)
+}
+
+/// The example `path` with its `upstream` image line pointing at `image`, never pulled.
+fn local_manifest(path: &str, upstream: &str, image: &str) -> Result<String, Error> {
+    let manifest = std::fs::read_to_string(repo_root().join(path)).map_err(|source| Error::Io {
+        context: format!("reading {path}"),
+        source,
+    })?;
+    if !manifest.contains(upstream) {
+        return Err(Error::Unexpected(format!(
+            "{path} no longer says `{upstream}`"
+        )));
+    }
+    Ok(manifest
+        .replace(upstream, &format!("image: {image}"))
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never"))
+}
+
+/// Waits up to `timeout` until the Deployment `namespace/name` has rolled out: `replicas`
+/// replicas, every one updated and Ready, no old one left.
+pub async fn rolled_out(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    wait_for(&format!("{namespace}/{name} rolled out"), timeout, || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get(name).await?;
+            let generation = d.metadata.generation;
+            let status = d.status.unwrap_or_default();
+            Ok((status.observed_generation == generation
+                && status.updated_replicas == Some(replicas)
+                && status.ready_replicas == Some(replicas)
+                && status.replicas == Some(replicas))
+            .then_some(()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Copies `reference` from `image`'s podman store into the node's containerd, as
+/// `tests/kube/cluster.sh load` does.
+pub fn load_image(image: &Image, node: &Node, reference: &str) -> Result<(), Error> {
+    let archive = tempfile::NamedTempFile::new().map_err(|source| Error::Io {
+        context: "creating an image archive".into(),
+        source,
+    })?;
+    let archive_path = archive.path().to_string_lossy().into_owned();
+    let saved = image.podman.run(&[
+        "save",
+        "-q",
+        "--format",
+        "docker-archive",
+        "-o",
+        &archive_path,
+        reference,
+    ])?;
+    if !saved.success() {
+        return Err(Error::Unexpected(format!(
+            "podman save {reference}: {}",
+            saved.stderr
+        )));
+    }
+    node.import_image(Path::new(&archive_path))?;
+    Ok(())
+}
