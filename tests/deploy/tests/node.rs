@@ -1062,12 +1062,13 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // does): SIGTERM, the leader stops its work and releases, and the next leader is written
     // long before the Lease could have expired. Graceful, so no HolderDead: the kubelet reported
     // nothing dead while it was leading.
+    // (The SIGKILLed process's candidate stays until the garbage collector takes it: 4 or more.)
     let leader = wait_for("a component leader", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
         Ok(look
             .holder
             .clone()
-            .filter(|_| look.candidates.len() == 3)
+            .filter(|_| look.candidates.len() >= 3)
             .map(|_| look))
     })
     .await
