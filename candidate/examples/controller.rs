@@ -68,6 +68,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let candidate = CandidateConfig::new("1.33.0", "1.33.0", "OldestEmulationVersion");
         Elector::coordinated(client, lease, candidate)?
     };
+    // No part in the election until the cache's first LIST is in (reported once, with the
+    // server's answer, if that takes over 30 s: a resource not served, a watch RBAC forbids):
+    // a replica that cannot reconcile leaves leadership to one that can.
+    let elector = elector.require_synced_cache(&cache);
     let elector = elector.on_transition(|transition| {
         let line = serde_json::to_string(transition).unwrap_or_default();
         tracing::info!(transition = %line, "leadership");

@@ -17,6 +17,13 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// election controller's own failover (15 s lease) and a slow API server.
 pub const DEFAULT_CONTROLLER_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a [`crate::WarmCache`] given to the elector ([`crate::Elector::with_warm_cache`]) may
+/// go without its first LIST before the elector reports it
+/// ([`crate::Elector::with_cache_sync_timeout`]). A LIST takes well under a second; a watch that
+/// fails is retried every few seconds with backoff, so 30 s is many failed attempts, not one
+/// slow answer.
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How often a LeaseCandidate renews `spec.renewTime` when nobody pings it (client-go: 5 min).
 pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5 * 60);
 

@@ -8,18 +8,21 @@
 
 use crate::candidate::{Candidate, CandidateHandle};
 use crate::config::{
-    CandidateConfig, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, LeaseConfig,
+    CandidateConfig, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT,
+    LeaseConfig,
 };
 use crate::lock::{LeaseLock, Write};
 use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
 use crate::time::MonotonicTime;
+use crate::warm::{CacheSync, WarmCache};
 use crate::{Error, Result};
 use conclave_core::k8s::{self, lease_record};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::time::Timestamp;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::runtime::reflector::Lookup;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde::Serialize;
@@ -114,9 +117,15 @@ impl StopReason {
 /// too, but on their own task, so their output may interleave with the term's.
 ///
 /// Serializes as one flat object tagged by `event`, with RFC 3339 times and the monotonic
-/// readings in nanoseconds: `{"event":"stopped-leading","term":3,"at":"2025-11-30T10:53:20Z",
-/// "monotonic_ns":81234567890,"reason":"preempted","preferred_holder":"b","leaked_tasks":0}`;
-/// `serde_json::to_string` gives a log line.
+/// readings in nanoseconds: `{"event":"stopped-leading","term":3,"lease_transitions":7,
+/// "at":"2025-11-30T10:53:20Z","monotonic_ns":81234567890,"reason":"preempted",
+/// "preferred_holder":"b","leaked_tasks":0}`; `serde_json::to_string` gives a log line.
+///
+/// `term` counts this process's terms (1, 2, ...: every replica has a term 1);
+/// `lease_transitions` names the term across replicas: the Lease's `spec.leaseTransitions` as
+/// the term's first write left it. That write counts a transition, so two terms of the same
+/// Lease never carry the same number, whichever replicas led them, and a later term carries a
+/// larger one (while the Lease is not deleted; a Lease created again starts at 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Transition {
@@ -124,6 +133,11 @@ pub enum Transition {
     Leading {
         /// The term number.
         term: u64,
+        /// The Lease's `spec.leaseTransitions` as the term's first write left it (that write
+        /// counts one): the same in every transition of the term, different for each term of
+        /// the Lease whoever leads it, so it names the term across replicas where `term`
+        /// counts this process's terms only.
+        lease_transitions: Option<i32>,
         /// When the term began.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
@@ -140,6 +154,9 @@ pub enum Transition {
     StoppedLeading {
         /// The term number.
         term: u64,
+        /// The Lease's `spec.leaseTransitions` when the term began (see
+        /// [`Transition::Leading`]).
+        lease_transitions: Option<i32>,
         /// When the drain ended.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
@@ -157,6 +174,9 @@ pub enum Transition {
     Released {
         /// The term number.
         term: u64,
+        /// The Lease's `spec.leaseTransitions` when the term began (see
+        /// [`Transition::Leading`]).
+        lease_transitions: Option<i32>,
         /// When the release was written.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
@@ -169,6 +189,9 @@ pub enum Transition {
     ReleaseFailed {
         /// The term number.
         term: u64,
+        /// The Lease's `spec.leaseTransitions` when the term began (see
+        /// [`Transition::Leading`]).
+        lease_transitions: Option<i32>,
         /// When the release was given up.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
@@ -214,6 +237,35 @@ pub enum Notice {
     /// After [`Notice::NoElectionController`]: the Lease has a holder again.
     ElectionControllerActing {
         /// When the holder was seen.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+    /// A warm cache given to the elector ([`Elector::with_warm_cache`],
+    /// [`Elector::require_synced_cache`]) has not completed its first LIST within the cache
+    /// sync timeout (`conclave_candidate_cache_unsynced{cache}` is 1). Does the server serve
+    /// the resource (a CRD not installed, the emulator), and may this identity list and watch
+    /// it (RBAC)? `error` usually says which.
+    CacheNotSynced {
+        /// The resource cached, as kube-apiserver names it: `configmaps`,
+        /// `widgets.example.com`.
+        cache: String,
+        /// The last watch error (the API server's answer), if a request failed.
+        error: Option<String>,
+        /// Whether this keeps the candidate out of the election until the cache syncs
+        /// ([`Elector::require_synced_cache`]); if not, terms run on the unsynced cache.
+        stands_aside: bool,
+        /// When the elector started and began waiting for the cache.
+        #[serde(serialize_with = "crate::time::serialize")]
+        since: Timestamp,
+        /// When this was reported.
+        #[serde(serialize_with = "crate::time::serialize")]
+        at: Timestamp,
+    },
+    /// After [`Notice::CacheNotSynced`]: the cache completed its first LIST.
+    CacheSynced {
+        /// The resource cached.
+        cache: String,
+        /// When the elector saw it synced.
         #[serde(serialize_with = "crate::time::serialize")]
         at: Timestamp,
     },
@@ -321,6 +373,8 @@ struct Shared {
     running: watch::Sender<bool>,
     coordination: watch::Sender<Coordination>,
     blocked: watch::Sender<Option<Blocked>>,
+    /// Every cache given to [`Elector::require_synced_cache`] has synced (true without any).
+    caches_synced: watch::Sender<bool>,
     transitions: broadcast::Sender<Transition>,
     notices: broadcast::Sender<Notice>,
 }
@@ -354,7 +408,7 @@ impl ElectorHandle {
     }
 
     /// Every [`Notice`] from now on: an election controller that does not act on the Lease, and
-    /// one that acts again.
+    /// one that acts again; a warm cache that has not synced, and one that synced.
     #[must_use]
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
         self.shared.notices.subscribe()
@@ -378,15 +432,16 @@ impl ElectorHandle {
         matches!(*self.shared.state.borrow(), LeaderState::Leading { .. })
     }
 
-    /// Readiness: the elector runs and has read the Lease, no [`Blocked`] answer stands, and
-    /// (coordinated mode) the LeaseCandidate is registered. A follower is ready: following is a
-    /// healthy state, and so
+    /// Readiness: the elector runs and has read the Lease, no [`Blocked`] answer stands, every
+    /// cache given to [`Elector::require_synced_cache`] has synced, and (coordinated mode) the
+    /// LeaseCandidate is registered. A follower is ready: following is a healthy state, and so
     /// is an unattended Lease ([`ElectorHandle::coordination`]) for this process, whose
     /// caches and read paths keep working; report that one through the metric instead.
     #[must_use]
     pub fn is_ready(&self) -> bool {
         *self.shared.running.borrow()
             && self.shared.blocked.borrow().is_none()
+            && *self.shared.caches_synced.borrow()
             && self
                 .candidate
                 .as_ref()
@@ -416,12 +471,22 @@ enum Mode {
     },
 }
 
+/// A warm cache the elector reports on ([`Elector::with_warm_cache`]).
+#[derive(Debug)]
+struct WatchedCache {
+    sync: CacheSync,
+    /// [`Elector::require_synced_cache`]: no part in the election until it synced.
+    required: bool,
+}
+
 /// Leads a Lease while it names this identity; see the crate docs.
 pub struct Elector {
     lock: LeaseLock,
     mode: Mode,
     drain_timeout: Duration,
     controller_timeout: Duration,
+    caches: Vec<WatchedCache>,
+    cache_sync_timeout: Duration,
     on_transition: Option<TransitionHook>,
     metrics: ElectorMetrics,
     shared: Arc<Shared>,
@@ -435,6 +500,8 @@ impl std::fmt::Debug for Elector {
             .field("mode", &self.mode)
             .field("drain_timeout", &self.drain_timeout)
             .field("controller_timeout", &self.controller_timeout)
+            .field("caches", &self.caches)
+            .field("cache_sync_timeout", &self.cache_sync_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -482,6 +549,8 @@ impl Elector {
             mode,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             controller_timeout: DEFAULT_CONTROLLER_TIMEOUT,
+            caches: Vec::new(),
+            cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             on_transition: None,
             metrics: ElectorMetrics::default(),
             shared: Arc::new(Shared {
@@ -490,6 +559,7 @@ impl Elector {
                 running: watch::channel(false).0,
                 coordination: watch::channel(coordination).0,
                 blocked: watch::channel(None).0,
+                caches_synced: watch::channel(true).0,
                 transitions: broadcast::channel(TRANSITION_BUFFER).0,
                 notices: broadcast::channel(TRANSITION_BUFFER).0,
             }),
@@ -526,6 +596,64 @@ impl Elector {
     #[must_use]
     pub fn with_controller_timeout(mut self, timeout: Duration) -> Self {
         self.controller_timeout = timeout;
+        self
+    }
+
+    /// Reports `cache` if it has not completed its first LIST within the cache sync timeout
+    /// ([`Elector::with_cache_sync_timeout`], default [`DEFAULT_CACHE_SYNC_TIMEOUT`]): one
+    /// `warn` log line with the last watch error (not one per retry), the
+    /// `conclave_candidate_cache_unsynced{cache}` gauge, and a [`Notice::CacheNotSynced`]; then,
+    /// if it syncs, an `info` line, the gauge back to 0 and a [`Notice::CacheSynced`].
+    ///
+    /// Reporting only: the candidate still takes part in the election, and a term may start on
+    /// the unsynced cache (its controller waits, see [`WarmCache::run_when_ready`]). To keep
+    /// the candidate out of the election until the cache syncs, use
+    /// [`Elector::require_synced_cache`].
+    #[must_use]
+    pub fn with_warm_cache<K>(mut self, cache: &WarmCache<K>) -> Self
+    where
+        K: Lookup + Clone + Send + Sync + 'static,
+        <K as Lookup>::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        self.caches.push(WatchedCache {
+            sync: cache.sync(),
+            required: false,
+        });
+        self
+    }
+
+    /// A cache this candidate cannot work without: reported as with
+    /// [`Elector::with_warm_cache`], and, until it has completed its first LIST, a reason not
+    /// to lead. Coordinated mode: the LeaseCandidate is registered only once every required
+    /// cache synced, so no election controller elects this instance before; classic mode and
+    /// the fallback: the Lease is not taken meanwhile. A Lease that names this instance anyway
+    /// is released at once, before any term starts. [`ElectorHandle::is_ready`] is false
+    /// meanwhile, so a readiness probe shows it too.
+    ///
+    /// Use it when a term on an empty cache would do harm or nothing, and other replicas can
+    /// lead instead: a replica whose cache cannot sync (its node cannot reach the API server,
+    /// a CRD it needs is not installed yet) then leaves leadership to those that can. If no
+    /// replica's cache syncs, nobody leads: the report says why.
+    #[must_use]
+    pub fn require_synced_cache<K>(mut self, cache: &WarmCache<K>) -> Self
+    where
+        K: Lookup + Clone + Send + Sync + 'static,
+        <K as Lookup>::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        self.caches.push(WatchedCache {
+            sync: cache.sync(),
+            required: true,
+        });
+        self
+    }
+
+    /// How long a cache given to [`Elector::with_warm_cache`] or
+    /// [`Elector::require_synced_cache`] may go without its first LIST before it is reported
+    /// (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]). The requirement itself holds from the start:
+    /// a required cache keeps the candidate out of the election until it syncs, however long.
+    #[must_use]
+    pub fn with_cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_sync_timeout = timeout;
         self
     }
 
@@ -574,6 +702,8 @@ impl Elector {
             mode,
             drain_timeout,
             controller_timeout,
+            caches,
+            cache_sync_timeout,
             on_transition,
             metrics,
             shared,
@@ -590,6 +720,17 @@ impl Elector {
             changes_tx,
             watch_stop.clone(),
         ));
+        watch_caches(
+            caches,
+            cache_sync_timeout,
+            CacheReport {
+                lease: lock.config().key(),
+                identity: lock.config().identity.clone(),
+                metrics: metrics.clone(),
+                shared: shared.clone(),
+            },
+            &watch_stop,
+        );
         let coordinated = matches!(mode, Mode::Coordinated { .. });
         let (take, strategy, candidate) = match mode {
             Mode::Classic => (Take::Always, None, None),
@@ -601,7 +742,15 @@ impl Elector {
                 let stop = CancellationToken::new();
                 let failed = end.clone();
                 let run = candidate.run(stop.clone());
+                let (left, mut synced) = (stop.clone(), shared.caches_synced.subscribe());
                 let task = tokio::spawn(async move {
+                    // A candidate whose required caches have not synced is no candidate yet:
+                    // no election controller may elect it (Elector::require_synced_cache).
+                    let synced = async { synced.wait_for(|s| *s).await.is_ok() };
+                    tokio::select! {
+                        () = left.cancelled() => return Ok(()),
+                        true = synced => {}
+                    }
                     let result = run.await;
                     if let Err(error) = &result {
                         tracing::error!(%error, "LeaseCandidate cannot be kept; stepping down");
@@ -620,6 +769,7 @@ impl Elector {
                 )
             }
         };
+        let caches_synced = shared.caches_synced.subscribe();
         let mut runner = Runner {
             lock,
             take,
@@ -630,6 +780,7 @@ impl Elector {
             end,
             changes,
             candidate,
+            caches_synced,
             observed: Observed::default(),
             terms: 0,
             fatal: None,
@@ -769,6 +920,8 @@ struct Runner {
     end: CancellationToken,
     changes: watch::Receiver<Option<String>>,
     candidate: Option<CandidateTask>,
+    /// Every required warm cache has synced ([`Elector::require_synced_cache`]).
+    caches_synced: watch::Receiver<bool>,
     observed: Observed,
     terms: u64,
     fatal: Option<Error>,
@@ -980,6 +1133,9 @@ impl Runner {
     }
 
     fn may_take(&self, free_since: &mut Option<Instant>, now: Instant) -> bool {
+        if !*self.caches_synced.borrow() {
+            return false;
+        }
         match self.take {
             Take::Always => true,
             Take::Never => false,
@@ -997,10 +1153,16 @@ impl Runner {
     ) -> Option<Attempt> {
         let fresh = self.observed.fresh(record, now);
         if record.holder() == Some(self.identity()) && fresh {
-            if let Some(preferred) = record.preferred().filter(|p| *p != self.identity()) {
-                // Named holder while another is preferred (e.g. after a restart): nothing runs,
-                // so hand over at once.
-                tracing::info!(lease = %self.config().key(), preferred, "holder but pre-empted before leading; releasing");
+            let preferred = record.preferred().filter(|p| *p != self.identity());
+            let unsynced = !*self.caches_synced.borrow();
+            if preferred.is_some() || unsynced {
+                // Named holder while another is preferred (e.g. after a restart), or while a
+                // required cache has not synced: nothing runs, so hand over at once.
+                if unsynced {
+                    tracing::warn!(lease = %self.config().key(), "holder but a required warm cache has not synced; releasing before leading");
+                } else {
+                    tracing::info!(lease = %self.config().key(), preferred, "holder but pre-empted before leading; releasing");
+                }
                 return match self.lock.release(lease, k8s::now()).await {
                     Ok(Write::Conflict) => Some(Attempt::Retry),
                     Ok(Write::Done(_)) => None,
@@ -1027,7 +1189,7 @@ impl Runner {
         let sent = Instant::now();
         match tokio::time::timeout(
             self.config().renew_deadline,
-            self.lock.write_holder(lease, k8s::now()),
+            self.lock.write_holder(lease, k8s::now(), true),
         )
         .await
         {
@@ -1086,6 +1248,7 @@ impl Runner {
         let number = self.terms;
         let key = self.config().key();
         let record = lease_record(&won.lease);
+        let lease_transitions = record.lease_transitions;
         let term = Term::new(
             number,
             TermLease {
@@ -1106,11 +1269,12 @@ impl Runner {
         self.shared
             .state
             .send_replace(LeaderState::Leading { term: number });
-        tracing::info!(lease = %key, identity = self.identity(), term = number, "started leading");
+        tracing::info!(lease = %key, identity = self.identity(), term = number, lease_transitions, "started leading");
         // Published (hook, broadcast) before the closure is even called: the term's work comes
         // after `Leading` wherever it is observed.
         self.emit(Transition::Leading {
             term: number,
+            lease_transitions,
             at: k8s::now(),
             observed_at: won.observed.at,
             observed_monotonic: won.observed.monotonic,
@@ -1151,9 +1315,9 @@ impl Runner {
         };
         let lost = reason == StopReason::LeaseLost;
         if lost {
-            tracing::warn!(lease = %key, term = number, "lease lost; cancelling the term at once");
+            tracing::warn!(lease = %key, term = number, lease_transitions, "lease lost; cancelling the term at once");
         } else {
-            tracing::info!(lease = %key, term = number, reason = reason.label(), "ending the term gracefully");
+            tracing::info!(lease = %key, term = number, lease_transitions, reason = reason.label(), "ending the term gracefully");
         }
         if reason == StopReason::Shutdown
             && let Some(candidate) = &self.candidate
@@ -1186,6 +1350,7 @@ impl Runner {
         let shutdown = reason == StopReason::Shutdown;
         self.emit(Transition::StoppedLeading {
             term: number,
+            lease_transitions,
             at: stopped_at,
             monotonic: stopped_monotonic,
             reason,
@@ -1200,6 +1365,7 @@ impl Runner {
                 Release::Released => {
                     self.emit(Transition::Released {
                         term: number,
+                        lease_transitions,
                         at: k8s::now(),
                         monotonic: MonotonicTime::now(),
                     });
@@ -1218,6 +1384,7 @@ impl Runner {
             self.metrics.release_failed(&key, self.identity());
             self.emit(Transition::ReleaseFailed {
                 term: number,
+                lease_transitions,
                 at: k8s::now(),
                 monotonic: MonotonicTime::now(),
                 error,
@@ -1336,8 +1503,11 @@ impl Runner {
                 return Check::Holding;
             }
             let sent = Instant::now();
-            match tokio::time::timeout_at(deadline, self.lock.write_holder(&current, k8s::now()))
-                .await
+            match tokio::time::timeout_at(
+                deadline,
+                self.lock.write_holder(&current, k8s::now(), false),
+            )
+            .await
             {
                 Ok(Ok(Write::Done(stored))) => {
                     *renewed_at = sent;
@@ -1440,6 +1610,105 @@ enum Attempt {
     Retry,
 }
 
+/// Where a warm cache's report goes: the elector's Lease, identity, metrics and notices.
+struct CacheReport {
+    lease: String,
+    identity: String,
+    metrics: ElectorMetrics,
+    shared: Arc<Shared>,
+}
+
+/// Starts reporting each cache ([`report_cache`]) and, if some are required, marks them all
+/// synced once they are; everything stops with `stop`.
+fn watch_caches(
+    caches: Vec<WatchedCache>,
+    timeout: Duration,
+    report: CacheReport,
+    stop: &CancellationToken,
+) {
+    let report = Arc::new(report);
+    let required: Vec<CacheSync> = caches
+        .iter()
+        .filter(|c| c.required)
+        .map(|c| c.sync.clone())
+        .collect();
+    if !required.is_empty() {
+        report.shared.caches_synced.send_replace(false);
+        let (shared, stop) = (report.shared.clone(), stop.clone());
+        tokio::spawn(async move {
+            let all = async {
+                for mut cache in required {
+                    cache.synced().await;
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = all => {
+                    shared.caches_synced.send_replace(true);
+                }
+            }
+        });
+    }
+    for cache in caches {
+        tokio::spawn(report_cache(cache, timeout, report.clone(), stop.clone()));
+    }
+}
+
+/// Reports a cache that has not synced within `timeout`, once (log, metric, notice), and then
+/// its sync, if it comes.
+async fn report_cache(
+    cache: WatchedCache,
+    timeout: Duration,
+    report: Arc<CacheReport>,
+    stop: CancellationToken,
+) {
+    let WatchedCache { mut sync, required } = cache;
+    let (since, started) = (k8s::now(), Instant::now());
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = sync.synced() => return,
+        () = tokio::time::sleep(timeout) => {}
+    }
+    let resource = sync.resource.to_string();
+    let error = sync.error();
+    let meanwhile = if required {
+        "this candidate stays out of the election until it syncs"
+    } else {
+        "terms run on an empty cache meanwhile"
+    };
+    tracing::warn!(
+        lease = %report.lease,
+        cache = %resource,
+        error = error.as_deref().unwrap_or("none"),
+        "the warm cache of {resource} has not completed its first LIST in {timeout:?}; \
+         {meanwhile}: does the server serve this resource, and may this identity list and \
+         watch it?"
+    );
+    report
+        .metrics
+        .set_cache_unsynced(&report.lease, &report.identity, &resource, true);
+    // No subscriber is fine.
+    let _ = report.shared.notices.send(Notice::CacheNotSynced {
+        cache: resource.clone(),
+        error,
+        stands_aside: required,
+        since,
+        at: k8s::now(),
+    });
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = sync.synced() => {}
+    }
+    tracing::info!(lease = %report.lease, cache = %resource, after = ?started.elapsed(), "the warm cache of {resource} synced");
+    report
+        .metrics
+        .set_cache_unsynced(&report.lease, &report.identity, &resource, false);
+    let _ = report.shared.notices.send(Notice::CacheSynced {
+        cache: resource,
+        at: k8s::now(),
+    });
+}
+
 /// Resolves on the next change (pending forever once the watcher is gone).
 async fn changed(changes: &mut watch::Receiver<Option<String>>) {
     if changes.changed().await.is_err() {
@@ -1504,6 +1773,7 @@ mod tests {
             (
                 serde_json::to_value(Transition::StoppedLeading {
                     term: 3,
+                    lease_transitions: Some(7),
                     at,
                     monotonic: MonotonicTime::from_nanos(81_234_567_890),
                     reason: StopReason::Preempted {
@@ -1512,32 +1782,34 @@ mod tests {
                     leaked_tasks: 1,
                 }),
                 json!({
-                    "event": "stopped-leading", "term": 3, "at": "2025-11-30T10:53:20Z",
+                    "event": "stopped-leading", "term": 3, "lease_transitions": 7, "at": "2025-11-30T10:53:20Z",
                     "monotonic_ns": 81_234_567_890_u64, "reason": "preempted", "preferred_holder": "b", "leaked_tasks": 1,
                 }),
             ),
             (
                 serde_json::to_value(Transition::StoppedLeading {
                     term: 4,
+                    lease_transitions: None,
                     at,
                     monotonic: MonotonicTime::from_nanos(2),
                     reason: StopReason::LeaseLost,
                     leaked_tasks: 0,
                 }),
                 json!({
-                    "event": "stopped-leading", "term": 4, "at": "2025-11-30T10:53:20Z",
+                    "event": "stopped-leading", "term": 4, "lease_transitions": null, "at": "2025-11-30T10:53:20Z",
                     "monotonic_ns": 2, "reason": "lease-lost", "leaked_tasks": 0,
                 }),
             ),
             (
                 serde_json::to_value(Transition::Leading {
                     term: 1,
+                    lease_transitions: Some(0),
                     at,
                     observed_at: Timestamp::from_micros(1_764_500_000_000_001),
                     observed_monotonic: MonotonicTime::from_nanos(1),
                 }),
                 json!({
-                    "event": "leading", "term": 1, "at": "2025-11-30T10:53:20Z",
+                    "event": "leading", "term": 1, "lease_transitions": 0, "at": "2025-11-30T10:53:20Z",
                     "observed_at": "2025-11-30T10:53:20.000001Z", "observed_monotonic_ns": 1,
                 }),
             ),
@@ -1559,12 +1831,13 @@ mod tests {
             (
                 serde_json::to_value(Transition::ReleaseFailed {
                     term: 2,
+                    lease_transitions: Some(5),
                     at,
                     monotonic: MonotonicTime::from_nanos(4),
                     error: "the API server said no".into(),
                 }),
                 json!({
-                    "event": "release-failed", "term": 2, "at": "2025-11-30T10:53:20Z",
+                    "event": "release-failed", "term": 2, "lease_transitions": 5, "at": "2025-11-30T10:53:20Z",
                     "monotonic_ns": 4, "error": "the API server said no",
                 }),
             ),

@@ -11,6 +11,9 @@
 //!   its tasks are drained before the Lease is released;
 //! - [`WarmCache`]: a reflector kept running while following, so a term's controller starts on
 //!   a warm cache, without a LIST ([`warm`] shows a `kube_runtime::Controller` run this way).
+//!   Given to the elector ([`Elector::with_warm_cache`], [`Elector::require_synced_cache`]), a
+//!   cache that cannot sync is reported once and, by the author's choice, keeps the candidate
+//!   out of the election until it syncs ([`warm`], "A cache that cannot sync").
 //!
 //! Build the `kube::Client` with [`client()`]: kube's default client leaves Nagle's algorithm on,
 //! which can hold each small write (a renewal, a release) for about 40 ms.
@@ -113,8 +116,14 @@
 //!   by operation, and whether the Lease is unattended;
 //! - a value: [`Transition::StoppedLeading`] counts leaked tasks and
 //!   [`Transition::ReleaseFailed`] says why a Lease was not released, in order with the rest of
-//!   the term; [`ElectorHandle::notices`] carries [`Notice::NoElectionController`], and
-//!   [`ElectorHandle::coordination`] says whether an election controller acts on the Lease.
+//!   the term; [`ElectorHandle::notices`] carries [`Notice::NoElectionController`] and
+//!   [`Notice::CacheNotSynced`], and [`ElectorHandle::coordination`] says whether an election
+//!   controller acts on the Lease.
+//!
+//! Every replica numbers its own terms from 1 (`term`); to tell the terms of several replicas
+//! apart and in order, each term's transitions and log lines also carry `lease_transitions`, the
+//! Lease's `spec.leaseTransitions` as the term's first write left it (that write counts one, so
+//! no two terms of a Lease share it, whoever led them).
 //!
 //! Transitions, notices and states serialize (serde) as flat JSON objects with RFC 3339 times,
 //! ready for a log line or an event shipper. Each transition also carries a [`MonotonicTime`]
@@ -171,8 +180,8 @@ pub mod warm;
 pub use candidate::{Candidate, CandidateHandle};
 pub use client::client;
 pub use config::{
-    CandidateConfig, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_RENEW_INTERVAL,
-    LeaseConfig,
+    CandidateConfig, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_RENEW_INTERVAL, LeaseConfig,
 };
 pub use elector::{
     Blocked, Coordination, Elector, ElectorHandle, LeaderState, Notice, StopReason, Transition,

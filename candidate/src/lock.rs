@@ -87,7 +87,19 @@ impl LeaseLock {
     /// Writes this identity as holder of `current` (renew, or acquire when another holder was
     /// recorded), keeping `strategy`. A renewal keeps `preferredHolder` (the controller's request
     /// stays visible while the term drains); an acquisition clears it and counts a transition.
-    pub(crate) async fn write_holder(&self, current: &Lease, now: Timestamp) -> Result<Write> {
+    ///
+    /// The write that starts a term (`starts_term`) counts a transition too when the Lease
+    /// already names this identity: an election controller names the holder without counting
+    /// (kube-apiserver's never touches `leaseTransitions`; Conclave's counts a change only from
+    /// another holder, not after a release), so without this every term of a coordinated Lease
+    /// could carry the same number, and the terms of different replicas could not be told
+    /// apart by it ([`crate::Transition::Leading`]'s `lease_transitions`).
+    pub(crate) async fn write_holder(
+        &self,
+        current: &Lease,
+        now: Timestamp,
+        starts_term: bool,
+    ) -> Result<Write> {
         let old = current.spec.clone().unwrap_or_default();
         let same_holder = old.holder_identity.as_deref() == Some(self.config.identity.as_str());
         let spec = LeaseSpec {
@@ -99,7 +111,7 @@ impl LeaseLock {
             } else {
                 Some(micro_time(now))
             },
-            lease_transitions: if same_holder {
+            lease_transitions: if same_holder && !starts_term {
                 old.lease_transitions
             } else {
                 Some(old.lease_transitions.unwrap_or(0).saturating_add(1))

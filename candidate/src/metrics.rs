@@ -48,6 +48,7 @@ pub struct ElectorMetrics {
     release_failures: Family<Labels, Counter>,
     api_errors: Family<Labels, Counter>,
     unattended: Family<Labels, Gauge>,
+    cache_unsynced: Family<Labels, Gauge>,
 }
 
 impl ElectorMetrics {
@@ -62,7 +63,10 @@ impl ElectorMetrics {
     ///   `create`, `write`, `release`; retried, but a steady rise means the API server or RBAC
     ///   is in the way);
     /// - `conclave_candidate_election_unattended`: 1 while no election controller acts on the
-    ///   Lease (coordinated mode, see [`crate::Elector::with_controller_timeout`]).
+    ///   Lease (coordinated mode, see [`crate::Elector::with_controller_timeout`]);
+    /// - `conclave_candidate_cache_unsynced{cache}`: 1 while a warm cache given to the elector
+    ///   has gone without its first LIST for the cache sync timeout (`cache` is the resource,
+    ///   e.g. `configmaps`; see [`crate::Elector::with_warm_cache`]).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "conclave_candidate_leader",
@@ -94,6 +98,20 @@ impl ElectorMetrics {
             "Whether no election controller has acted on the Lease for the controller timeout (1)",
             self.unattended.clone(),
         );
+        registry.register(
+            "conclave_candidate_cache_unsynced",
+            "Whether a warm cache has not completed its first LIST within the cache sync timeout (1)",
+            self.cache_unsynced.clone(),
+        );
+    }
+
+    /// Whether the warm cache of `resource` is reported unsynced.
+    #[must_use]
+    pub fn is_cache_unsynced(&self, lease: &str, identity: &str, resource: &str) -> bool {
+        self.cache_unsynced
+            .get_or_create(&cache_labels(lease, identity, resource))
+            .get()
+            == 1
     }
 
     /// Total leaked tasks recorded for this Lease and identity.
@@ -163,6 +181,18 @@ impl ElectorMetrics {
             .inc();
     }
 
+    pub(crate) fn set_cache_unsynced(
+        &self,
+        lease: &str,
+        identity: &str,
+        resource: &str,
+        unsynced: bool,
+    ) {
+        self.cache_unsynced
+            .get_or_create(&cache_labels(lease, identity, resource))
+            .set(i64::from(unsynced));
+    }
+
     pub(crate) fn set_unattended(&self, lease: &str, identity: &str, unattended: bool) {
         self.unattended
             .get_or_create(&labels(lease, identity))
@@ -175,6 +205,12 @@ fn labels(lease: &str, identity: &str) -> Labels {
         ("lease".into(), lease.into()),
         ("identity".into(), identity.into()),
     ]
+}
+
+fn cache_labels(lease: &str, identity: &str, resource: &str) -> Labels {
+    let mut labels = labels(lease, identity);
+    labels.push(("cache".into(), resource.into()));
+    labels
 }
 
 fn operation_labels(lease: &str, identity: &str, operation: Operation) -> Labels {
@@ -196,12 +232,14 @@ mod tests {
         metrics.release_failed("ns/l", "a");
         metrics.api_error("ns/l", "a", Operation::Write);
         metrics.set_unattended("ns/l", "a", true);
+        metrics.set_cache_unsynced("ns/l", "a", "configmaps", true);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
             r#"conclave_candidate_release_failures_total{lease="ns/l",identity="a"} 1"#,
             r#"conclave_candidate_api_errors_total{lease="ns/l",identity="a",operation="write"} 1"#,
             r#"conclave_candidate_election_unattended{lease="ns/l",identity="a"} 1"#,
+            r#"conclave_candidate_cache_unsynced{lease="ns/l",identity="a",cache="configmaps"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

@@ -38,6 +38,40 @@
 //! Nothing reconciles outside a term: the triggers end when the term's token is cancelled, the
 //! controller then drains, and the elector releases the Lease only after the term's tasks (the
 //! controller among them) have returned. `examples/controller.rs` is a whole component.
+//!
+//! # A cache that cannot sync
+//!
+//! A cache of a resource the server does not serve (a CRD not installed; `conclave emulator`,
+//! which serves Leases, LeaseCandidates, Pods, Namespaces and Events only) or that RBAC does not
+//! let this identity list and watch never completes its first LIST: its watch fails and is
+//! retried with backoff for as long as the cause lasts (logged once as `warn`, then at `debug`).
+//! Three things keep that from going unnoticed or doing harm:
+//!
+//! - inside a term, wait with [`WarmCache::run_when_ready`] (or [`WarmCache::triggers`], which
+//!   ends with the term): `store().wait_until_ready()` ignores the term's cancellation and would
+//!   hold the hand-off for the whole drain timeout;
+//! - give the cache to the elector, [`crate::Elector::with_warm_cache`]: if it has not synced
+//!   within the cache sync timeout (30 s by default), the elector says so once, with the
+//!   server's last answer: a `warn` line, `conclave_candidate_cache_unsynced{cache}` = 1 and a
+//!   [`crate::Notice::CacheNotSynced`] (then [`crate::Notice::CacheSynced`] if it recovers);
+//! - or make it a reason not to lead, [`crate::Elector::require_synced_cache`]: the same
+//!   report, and until the cache has synced the candidate takes no part in the election (no
+//!   LeaseCandidate registered, no Lease taken, not ready), so a replica that could not
+//!   reconcile leaves leadership to one that can.
+//!
+//! ```no_run
+//! # use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, WarmCache};
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! # use kube::runtime::watcher;
+//! # async fn demo(client: kube::Client) -> conclave_candidate::Result<()> {
+//! let cache: WarmCache<ConfigMap> =
+//!     WarmCache::new(kube::Api::default_namespaced(client.clone()), watcher::Config::default());
+//! let lease = LeaseConfig::for_client(&client, "my-controller");
+//! let candidate = CandidateConfig::new("1.33.0", "1.33.0", "OldestEmulationVersion");
+//! let elector = Elector::coordinated(client, lease, candidate)?.require_synced_cache(&cache);
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::term::Term;
 use futures::{FutureExt, Stream, StreamExt};
@@ -49,8 +83,8 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
-use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Changes buffered per term; a term that falls further behind replays the whole cache instead
@@ -77,7 +111,49 @@ where
 {
     store: Store<K>,
     changes: broadcast::Sender<Arc<K>>,
+    sync: CacheSync,
     stop: CancellationToken,
+}
+
+/// Whether a [`WarmCache`] completed its first LIST, and if not, the last watch error: what
+/// [`crate::Elector::with_warm_cache`] watches, without the cache's type.
+#[derive(Debug, Clone)]
+pub(crate) struct CacheSync {
+    /// The resource, as kube-apiserver names it in messages: `configmaps`,
+    /// `widgets.example.com`.
+    pub(crate) resource: Arc<str>,
+    pub(crate) state: watch::Receiver<SyncState>,
+}
+
+/// A cache's progress towards its first LIST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SyncState {
+    /// Not listed yet; the last watch error, if one failed.
+    Syncing { error: Option<String> },
+    /// The first LIST is in (later watch errors keep the cache, stale, and retry).
+    Synced,
+}
+
+impl CacheSync {
+    /// Resolves once the cache synced; pending forever if it is dropped first.
+    pub(crate) async fn synced(&mut self) {
+        if self
+            .state
+            .wait_for(|s| *s == SyncState::Synced)
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The last watch error while not synced.
+    pub(crate) fn error(&self) -> Option<String> {
+        match &*self.state.borrow() {
+            SyncState::Syncing { error } => error.clone(),
+            SyncState::Synced => None,
+        }
+    }
 }
 
 impl<K> Drop for Inner<K>
@@ -120,19 +196,38 @@ where
 {
     /// Starts watching `api` with `config` on a task of its own (call it inside a Tokio
     /// runtime). The first LIST happens now, while following; terms then start on a warm cache.
-    /// Watch errors are retried with kube's default backoff and logged as `warn`.
+    /// Watch errors are retried with kube's default backoff; the first of a run of failures is
+    /// logged as `warn`, the retries as `debug`, and the recovery as `info`. Give the cache to
+    /// [`crate::Elector::with_warm_cache`] or [`crate::Elector::require_synced_cache`] so that
+    /// one that cannot sync is reported (and, with the latter, keeps this candidate out of the
+    /// election).
     #[must_use]
     pub fn new(api: Api<K>, config: watcher::Config) -> Self {
         let writer = Writer::default();
         let store = writer.as_reader();
         let changes = broadcast::channel(CHANGE_BUFFER).0;
         let stop = CancellationToken::new();
+        let (state, state_rx) = watch::channel(SyncState::Syncing { error: None });
+        let resource = match K::group(&()).as_ref() {
+            "" => K::plural(&()).into_owned(),
+            group => format!("{}.{group}", K::plural(&())),
+        };
         let events = watcher(api, config).default_backoff();
-        tokio::spawn(reflect(writer, events, changes.clone(), stop.clone()));
+        tokio::spawn(reflect(
+            writer,
+            events,
+            changes.clone(),
+            state,
+            stop.clone(),
+        ));
         Self {
             inner: Arc::new(Inner {
                 store,
                 changes,
+                sync: CacheSync {
+                    resource: resource.into(),
+                    state: state_rx,
+                },
                 stop,
             }),
         }
@@ -153,6 +248,17 @@ where
     #[must_use]
     pub fn store(&self) -> Store<K> {
         self.inner.store.clone()
+    }
+
+    /// The resource cached, as kube-apiserver names it in messages and as the elector's
+    /// reports name the cache: `configmaps`, `widgets.example.com`.
+    #[must_use]
+    pub fn resource(&self) -> &str {
+        &self.inner.sync.resource
+    }
+
+    pub(crate) fn sync(&self) -> CacheSync {
+        self.inner.sync.clone()
     }
 
     /// Whether the cache has completed its first LIST.
@@ -219,11 +325,13 @@ where
     }
 }
 
-/// Keeps the store current and announces each applied object once the store shows it.
+/// Keeps the store current and announces each applied object once the store shows it;
+/// publishes whether the first LIST is in and, until then, the last watch error.
 async fn reflect<K>(
     mut writer: Writer<K>,
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     changes: broadcast::Sender<Arc<K>>,
+    state: watch::Sender<SyncState>,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + Debug + 'static,
@@ -233,6 +341,9 @@ async fn reflect<K>(
     // A (re)list is applied to the store at its end; its objects are announced then, so a
     // reconciler never gets an object the store does not have yet.
     let mut listed: Vec<K> = Vec::new();
+    // Failures since the last success: the first is a `warn`, the retries (every few seconds
+    // with backoff, for as long as the cause lasts) are `debug`.
+    let mut failures: u64 = 0;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => return,
@@ -242,10 +353,27 @@ async fn reflect<K>(
             None => return,
             Some(Ok(event)) => event,
             Some(Err(error)) => {
-                tracing::warn!(%kind, %error, "warm cache: watch failed; retrying with backoff");
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(%kind, %error, "warm cache: watch failed; retrying with backoff (further failures are logged at debug level)");
+                } else {
+                    tracing::debug!(%kind, %error, failures, "warm cache: watch failed again");
+                }
+                state.send_if_modified(|current| match current {
+                    SyncState::Syncing { error: last } => {
+                        *last = Some(error.to_string());
+                        true
+                    }
+                    SyncState::Synced => false,
+                });
                 continue;
             }
         };
+        // `Init` starts a (re)list and comes before the LIST request, so only what follows
+        // shows that the server answered.
+        if !matches!(event, watcher::Event::Init) && std::mem::take(&mut failures) > 0 {
+            tracing::info!(%kind, "warm cache: watch works again");
+        }
         writer.apply_watcher_event(&event);
         match event {
             watcher::Event::Apply(object) => {
@@ -256,6 +384,11 @@ async fn reflect<K>(
             watcher::Event::InitApply(object) => listed.push(object),
             watcher::Event::InitDone => {
                 tracing::debug!(%kind, objects = listed.len(), "warm cache: listed");
+                state.send_if_modified(|current| {
+                    let first = *current != SyncState::Synced;
+                    *current = SyncState::Synced;
+                    first
+                });
                 for object in listed.drain(..) {
                     let _ = changes.send(Arc::new(object));
                 }

@@ -214,3 +214,98 @@ async fn a_failed_release_is_a_transition_and_a_metric() {
         ]
     );
 }
+
+/// Issue 36, point 5: every replica counts its own terms from 1, so `term` cannot correlate
+/// the terms of two replicas. Each term's transitions and log lines carry the Lease's
+/// `leaseTransitions` as the term's first write left it: one number per term, whoever leads,
+/// larger for a later term; the election controller here (like kube-apiserver's) never counts.
+#[tokio::test]
+async fn terms_carry_the_leases_transition_count_across_replicas() {
+    let logs = captured_logs();
+    let emulator = emulator().await;
+    let admin = client(&emulator);
+    let start = |identity: &str| {
+        let elector = Elector::coordinated(
+            client(&emulator),
+            lease_config("correlated", identity),
+            candidate_config("1.31.0"),
+        )
+        .unwrap();
+        Running::start(elector, idle_leader())
+    };
+    let (a, b) = (start("a"), start("b"));
+    let (mut a_events, mut b_events) = (a.handle.transitions(), b.handle.transitions());
+    for replica in [&a, &b] {
+        wait_for("ready", || async {
+            replica.handle.is_ready().then_some(())
+        })
+        .await;
+    }
+    // The transitions of one term, from its Leading to its Released: the same number in each,
+    // and the number the Lease had after the term's first write.
+    async fn one_term(
+        admin: &kube::Client,
+        events: &mut tokio::sync::broadcast::Receiver<Transition>,
+        holder: &str,
+        next: &str,
+    ) -> (u64, i32) {
+        assign(admin, "correlated", holder).await;
+        let leading = next_transition(events, "leading", |t| {
+            matches!(t, Transition::Leading { .. })
+        })
+        .await;
+        let Transition::Leading {
+            term,
+            lease_transitions: Some(number),
+            ..
+        } = leading
+        else {
+            panic!("{leading:?}");
+        };
+        let spec = get_spec(admin, "correlated").await.unwrap();
+        assert_eq!(spec.lease_transitions, Some(number), "{holder}");
+        preempt(admin, "correlated", next).await;
+        let stopped = next_transition(events, "stopped", |t| {
+            matches!(t, Transition::StoppedLeading { .. })
+        })
+        .await;
+        assert!(
+            matches!(stopped, Transition::StoppedLeading { lease_transitions, .. } if lease_transitions == Some(number)),
+            "{stopped:?}"
+        );
+        let released = next_transition(events, "released", |t| {
+            matches!(t, Transition::Released { .. })
+        })
+        .await;
+        assert!(
+            matches!(released, Transition::Released { lease_transitions, .. } if lease_transitions == Some(number)),
+            "{released:?}"
+        );
+        (term, number)
+    }
+    let a1 = one_term(&admin, &mut a_events, "a", "b").await;
+    let b1 = one_term(&admin, &mut b_events, "b", "a").await;
+    let a2 = one_term(&admin, &mut a_events, "a", "b").await;
+    assert_eq!(
+        (a1.0, b1.0, a2.0),
+        (1, 1, 2),
+        "each replica counts its own terms"
+    );
+    assert!(
+        a1.1 < b1.1 && b1.1 < a2.1,
+        "one number per term, in order across replicas: {a1:?} {b1:?} {a2:?}"
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    let logged: Vec<i64> = logs
+        .lines("INFO", "started leading")
+        .iter()
+        .filter(|line| line["fields"]["lease"] == "default/correlated")
+        .filter_map(|line| line["fields"]["lease_transitions"].as_i64())
+        .collect();
+    assert_eq!(
+        logged,
+        [a1.1, b1.1, a2.1].map(i64::from),
+        "the log lines name the term the same way"
+    );
+}

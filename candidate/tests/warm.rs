@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use conclave_candidate::{Elector, ElectorHandle, Term, Transition, WarmCache};
+use conclave_candidate::{Elector, ElectorHandle, Notice, Term, Transition, WarmCache};
 use conclave_emulator::RunningEmulator;
 use futures::StreamExt;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -286,4 +286,242 @@ async fn a_cache_that_never_syncs_does_not_hold_a_hand_off() {
     })
     .await;
     a.stop().await.unwrap();
+}
+
+/// Namespaced resources no server here serves (no CRD is installed for them, and the emulator
+/// serves no custom resources): a cache of one never completes its first LIST. Gadgets are
+/// watched by one test only, so that its log lines are its own.
+macro_rules! unserved {
+    ($type:ident, $kind:literal, $plural:literal) => {
+        #[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+        struct $type {
+            metadata: ObjectMeta,
+        }
+
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "example.com".into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+unserved!(Widget, "Widget", "widgets");
+unserved!(Gadget, "Gadget", "gadgets");
+
+/// Waits for the first [`Notice::CacheNotSynced`] on `notices`.
+async fn cache_not_synced(
+    notices: &mut tokio::sync::broadcast::Receiver<Notice>,
+    patience: std::time::Duration,
+) -> Notice {
+    tokio::time::timeout(patience, async {
+        loop {
+            let notice = notices.recv().await.expect("notices");
+            if matches!(notice, Notice::CacheNotSynced { .. }) {
+                return notice;
+            }
+        }
+    })
+    .await
+    .expect("the unsynced cache is reported")
+}
+
+/// Issue 36, point 3: a cache that cannot sync is a state the elector reports, once: a notice
+/// (with the server's answer), a metric, one `warn` line (the watch's retries are `debug`).
+/// Reporting only: the candidate stays in the election and leads when elected.
+#[tokio::test]
+async fn a_cache_that_cannot_sync_is_reported_once() {
+    let logs = captured_logs();
+    let emulator = emulator().await;
+    let admin = client(&emulator);
+    let cache: WarmCache<Gadget> = WarmCache::new(
+        Api::namespaced(admin.clone(), NS),
+        watcher::Config::default(),
+    );
+    assert_eq!(cache.resource(), "gadgets.example.com");
+    let elector = Elector::coordinated(
+        client(&emulator),
+        lease_config("reported", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .with_warm_cache(&cache)
+    .with_cache_sync_timeout(std::time::Duration::from_secs(2));
+    let mut notices = elector.handle().notices();
+    let a = Running::start(elector, idle_leader());
+    let notice = cache_not_synced(&mut notices, WAIT).await;
+    let Notice::CacheNotSynced {
+        cache: resource,
+        error: Some(error),
+        stands_aside: false,
+        ..
+    } = &notice
+    else {
+        panic!("{notice:?}");
+    };
+    assert_eq!(resource, "gadgets.example.com");
+    // The emulator's 404 says what it serves (a real kube-apiserver: "the server could not
+    // find the requested resource").
+    assert!(
+        error.contains("the server could not find the requested resource")
+            && error.contains("the Conclave emulator serves only"),
+        "{error}"
+    );
+    assert!(
+        a.handle
+            .metrics()
+            .is_cache_unsynced("default/reported", "a", "gadgets.example.com")
+    );
+    // Reporting only: ready, elected, leading.
+    wait_for("a ready", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&admin, "reported", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, conclave_candidate::LeaderState::Leading { .. })
+    })
+    .await;
+    // The watch keeps failing and retrying (with backoff): logged once at `warn`, then `debug`.
+    let gadgets = |level: &str, prefix: &str| {
+        logs.lines(level, prefix)
+            .into_iter()
+            .filter(|l| {
+                l["fields"]["kind"] == "Gadget" || l["fields"]["cache"] == "gadgets.example.com"
+            })
+            .count()
+    };
+    wait_for("the watch retried", || async {
+        (gadgets("DEBUG", "warm cache: watch failed again") >= 2).then_some(())
+    })
+    .await;
+    a.stop().await.unwrap();
+    assert_eq!(
+        gadgets("WARN", "warm cache: watch failed"),
+        1,
+        "one warning for the failing watch"
+    );
+    assert_eq!(
+        gadgets(
+            "WARN",
+            "the warm cache of gadgets.example.com has not completed"
+        ),
+        1,
+        "one report of the unsynced cache"
+    );
+    assert!(!cache.is_ready());
+}
+
+/// Issue 36, point 3, by the author's choice: a required cache that cannot sync keeps the
+/// candidate out of the election. Coordinated: no LeaseCandidate is registered (so no
+/// election controller can elect it) and it is not ready; classic: it never takes the free
+/// Lease. A required cache that syncs (Leases) does not hold anyone back.
+async fn a_required_cache_that_cannot_sync_keeps_the_candidate_out(server: &Server) {
+    let ns = server.namespace();
+    let patience = server.patience();
+    let admin = server.client().await;
+    let widgets: WarmCache<Widget> = WarmCache::new(
+        Api::namespaced(admin.clone(), ns),
+        watcher::Config::default(),
+    );
+    let leases: WarmCache<Lease> = WarmCache::new(
+        Api::namespaced(admin.clone(), ns),
+        watcher::Config::default(),
+    );
+    let timeout = std::time::Duration::from_secs(2);
+
+    let coordinated = Elector::coordinated(
+        server.client().await,
+        server.lease_config("required", "a"),
+        candidate_config("1.31.0"),
+    )
+    .unwrap()
+    .require_synced_cache(&widgets)
+    .with_cache_sync_timeout(timeout);
+    let mut a_notices = coordinated.handle().notices();
+    let a = Running::start(coordinated, idle_leader());
+    let c = Elector::classic(
+        server.client().await,
+        server.lease_config("required-classic", "c"),
+    )
+    .unwrap()
+    .require_synced_cache(&widgets)
+    .with_cache_sync_timeout(timeout);
+    let mut c_notices = c.handle().notices();
+    let c = Running::start(c, idle_leader());
+    let d = Elector::classic(
+        server.client().await,
+        server.lease_config("required-synced", "d"),
+    )
+    .unwrap()
+    .require_synced_cache(&leases)
+    .with_cache_sync_timeout(timeout);
+    let d = Running::start(d, idle_leader());
+
+    for (who, notices) in [("a", &mut a_notices), ("c", &mut c_notices)] {
+        let notice = cache_not_synced(notices, patience).await;
+        assert!(
+            matches!(
+                &notice,
+                Notice::CacheNotSynced { cache, error: Some(_), stands_aside: true, .. }
+                    if cache == "widgets.example.com"
+            ),
+            "{who} on {}: {notice:?}",
+            server.kind()
+        );
+    }
+    // The positive control leads: a required cache that synced holds nobody back.
+    wait_state(&d.handle, "d leads", |s| {
+        matches!(s, conclave_candidate::LeaderState::Leading { .. })
+    })
+    .await;
+    assert!(leases.is_ready());
+    // Well past the report: a is no candidate and not ready; c has not taken its free Lease.
+    tokio::time::sleep(timeout).await;
+    assert!(!a.handle.is_ready() && !c.handle.is_ready());
+    assert!(
+        !a.handle.candidate().unwrap().is_registered(),
+        "no LeaseCandidate while the required cache is unsynced"
+    );
+    let candidates: Api<k8s_openapi::api::coordination::v1beta1::LeaseCandidate> =
+        Api::namespaced(admin.clone(), ns);
+    assert!(candidates.get_opt("a").await.unwrap().is_none());
+    assert!(holder(&admin, ns, "required-classic").await.is_none());
+    assert!(!a.handle.is_leading() && !c.handle.is_leading());
+    assert!(a.handle.metrics().is_cache_unsynced(
+        &format!("{ns}/required"),
+        "a",
+        "widgets.example.com"
+    ));
+    for replica in [a, c, d] {
+        replica.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_cache_that_cannot_sync_keeps_the_candidate_out_on_the_emulator() {
+    let server = Server::emulator("required-cache").await;
+    a_required_cache_that_cannot_sync_keeps_the_candidate_out(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_cache_that_cannot_sync_keeps_the_candidate_out_on_kube_apiserver() {
+    let Some(server) = Server::real("required-cache").await else {
+        return;
+    };
+    a_required_cache_that_cannot_sync_keeps_the_candidate_out(&server).await;
 }

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -484,4 +485,61 @@ impl Drop for ConclaveRun {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Log lines as tracing-subscriber's JSON formatter writes them, captured for the whole test
+/// binary ([`captured_logs`]).
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    /// Every line captured so far whose `level` is `level` (`"WARN"`, `"DEBUG"`, ...) and
+    /// whose message starts with `prefix`, as JSON (fields under `"fields"`).
+    pub fn lines(&self, level: &str, prefix: &str) -> Vec<serde_json::Value> {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|line| {
+                line["level"] == level
+                    && line["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(prefix))
+            })
+            .collect()
+    }
+}
+
+/// The log of this test binary, from the first call on, up to `debug`: a global subscriber,
+/// so that the tasks of every runtime thread log to it (tests filter by their own Lease or
+/// resource, since the other tests of the binary log there too).
+pub fn captured_logs() -> &'static Captured {
+    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(captured.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+        captured
+    })
 }

@@ -176,6 +176,7 @@ mod tests {
         let at = Timestamp::from_secs(1_764_500_000);
         let line = transition_line(&Transition::StoppedLeading {
             term: 3,
+            lease_transitions: Some(7),
             at,
             monotonic: MonotonicTime::from_nanos(81_234_567_890),
             reason: StopReason::Preempted {
@@ -187,12 +188,14 @@ mod tests {
         let line: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(line["event"], "stopped-leading");
         assert_eq!(line["term"], 3);
+        assert_eq!(line["lease_transitions"], 7);
         assert_eq!(line["reason"], "preempted");
         assert_eq!(line["preferred_holder"], "b");
         assert_eq!(line["at"], "2025-11-30T10:53:20Z");
         assert_eq!(line["monotonic_ns"], 81_234_567_890_u64);
         let line: Value = serde_json::from_str(&transition_line(&Transition::ReleaseFailed {
             term: 3,
+            lease_transitions: Some(7),
             at,
             monotonic: MonotonicTime::from_nanos(1),
             error: "the API server said no".into(),

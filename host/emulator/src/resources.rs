@@ -212,6 +212,27 @@ pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<usize> {
         .position(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
+/// What the emulator serves, as a sentence's list (`v1 Namespaces, ... and events.k8s.io/v1
+/// Events`), for the 404 of everything else.
+pub(crate) fn served_summary() -> String {
+    let served: Vec<String> = RESOURCES
+        .iter()
+        .map(|r| {
+            let status = if r.status_subresource {
+                " (with status)"
+            } else {
+                ""
+            };
+            format!("{} {}s{status}", r.api_version(), r.kind)
+        })
+        .collect();
+    match served.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// Whether `group`/`version` is served at all.
 pub(crate) fn version_served(group: &str, version: &str) -> bool {
     RESOURCES

@@ -217,7 +217,7 @@ async fn route(
         ["apis", group, version, rest @ ..] => (parse_target(group, version, rest), false),
         _ => (None, false),
     };
-    let target = target.ok_or_else(ApiError::path_not_found)?;
+    let target = target.ok_or_else(ApiError::not_served)?;
     let is_watch = watch_path || params.get("watch").is_some_and(|w| w == "true" || w == "1");
     let verb = match (method.clone(), target.name.is_some()) {
         (Method::GET, false) if is_watch => Verb::Watch,

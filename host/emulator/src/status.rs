@@ -67,6 +67,21 @@ impl ApiError {
         e
     }
 
+    /// 404 NotFound for a resource the emulator does not serve (a ConfigMap, a Deployment, a
+    /// custom resource): kube-apiserver's answer to an unknown resource, followed by what the
+    /// emulator serves, since a component pointed at it for a resource a real control plane
+    /// has would otherwise only see "could not find". Its watch retries log this message.
+    pub fn not_served() -> Self {
+        let mut e = Self::path_not_found();
+        e.message = format!(
+            "{}: the Conclave emulator serves only {}; for other resources (ConfigMaps, \
+             Deployments, custom resources), use a real control plane",
+            e.message,
+            crate::resources::served_summary()
+        );
+        e
+    }
+
     /// 409 AlreadyExists.
     pub fn already_exists(res: &ResourceInfo, name: &str) -> Self {
         let mut e = Self::new(

@@ -972,3 +972,41 @@ async fn pods_have_a_status_subresource_written_as_a_kubelet_writes_it() {
     let listed = pods.list(&ListParams::default()).await.unwrap();
     assert!(listed.items.is_empty());
 }
+
+/// A component pointed at the emulator with a resource it does not serve (a ConfigMap cache, a
+/// Deployment controller) is told what the emulator serves and to use a real control plane,
+/// in a `Status` as kube-apiserver's 404 (same code, reason and leading sentence).
+#[tokio::test]
+async fn resources_not_served_are_a_not_found_status_saying_what_is_served() {
+    let (_emulator, client) = common::start().await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "default");
+    let widgets = client
+        .request::<serde_json::Value>(
+            http::Request::get("/apis/coordination.k8s.io/v1/namespaces/default/widgets")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await;
+    for (what, (code, reason, message)) in [
+        (
+            "configmaps",
+            api_code(configmaps.list(&ListParams::default()).await),
+        ),
+        ("deployments", api_code(deployments.get("web").await)),
+        ("widgets", api_code(widgets)),
+    ] {
+        assert_eq!((code, reason.as_str()), (404, "NotFound"), "{what}");
+        assert_eq!(
+            message,
+            "the server could not find the requested resource: the Conclave emulator serves only \
+             v1 Namespaces, v1 Events, coordination.k8s.io/v1 Leases, \
+             coordination.k8s.io/v1beta1 LeaseCandidates, v1 Pods (with status) and \
+             events.k8s.io/v1 Events; for other resources (ConfigMaps, Deployments, custom \
+             resources), use a real control plane",
+            "{what}"
+        );
+    }
+}

@@ -139,6 +139,12 @@ fn normalize(v: &mut Value) {
                 {
                     message.truncate(colon);
                 }
+                // The emulator's 404 for a resource it does not serve goes on to say what it
+                // serves; kube-apiserver's sentence is the prefix.
+                const NOT_FOUND: &str = "the server could not find the requested resource";
+                if message.starts_with(NOT_FOUND) {
+                    message.truncate(NOT_FOUND.len());
+                }
             }
             if let Some(Value::Array(entries)) = map.get_mut("managedFields") {
                 let mut managers: Vec<Value> = entries

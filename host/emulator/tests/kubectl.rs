@@ -310,4 +310,18 @@ fn scenario(k: &Kubectl, dir: &Path) {
         "kube-system",
     ]);
     assert!(!ok && err.contains("NotFound"), "{err}");
+
+    // Resources the emulator does not serve: kubectl's discovery says so by name, and a request
+    // that reaches the server is told what the emulator serves.
+    let (ok, _, err) = k.run(&["get", "configmaps"]);
+    assert!(
+        !ok && err.contains(r#"the server doesn't have a resource type "configmaps""#),
+        "{err}"
+    );
+    let (ok, _, err) = k.run(&["get", "--raw", "/api/v1/namespaces/default/configmaps"]);
+    assert!(
+        !ok && err.contains("the Conclave emulator serves only")
+            && err.contains("use a real control plane"),
+        "{err}"
+    );
 }
