@@ -37,6 +37,8 @@ pub struct ElectionLook {
     pub wall: jiff::Timestamp,
     /// The holder, if one holds.
     pub holder: Option<String>,
+    /// `spec.preferredHolder`, when a controller asked the holder to hand over.
+    pub preferred: Option<String>,
     /// The holder's last renewal and its Lease duration, when it holds.
     pub renewed: Option<(jiff::Timestamp, i64)>,
     /// Each candidate's name and emulation version.
@@ -77,6 +79,7 @@ pub async fn look_at_election(
     Ok(ElectionLook {
         at,
         wall,
+        preferred: spec.preferred_holder.filter(|p| !p.is_empty()),
         renewed: holder.as_ref().and(
             spec.renew_time
                 .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
