@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::control_plane::client_from_kubeconfig;
 /// for minutes in CI and missed a take-over that a direct read right after it saw.
 pub struct Observer<S> {
     state: Arc<Mutex<S>>,
+    looks: Arc<AtomicU64>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -41,6 +43,8 @@ impl<S: Clone + Send + 'static> Observer<S> {
     {
         let state = Arc::new(Mutex::new(initial));
         let record = Arc::clone(&state);
+        let looks = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&looks);
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, started) = std::sync::mpsc::channel::<Result<(), Error>>();
         let thread = std::thread::Builder::new()
@@ -80,6 +84,7 @@ impl<S: Clone + Send + 'static> Observer<S> {
                             })
                         });
                         fold(&mut record.lock().expect("observer state lock"), answer);
+                        counted.fetch_add(1, Ordering::Relaxed);
                         tokio::select! {
                             _ = &mut stopped => return,
                             () = tokio::time::sleep(interval) => {}
@@ -93,6 +98,7 @@ impl<S: Clone + Send + 'static> Observer<S> {
             })?;
         let observer = Self {
             state,
+            looks,
             stop: Some(stop),
             thread: Some(thread),
         };
@@ -103,6 +109,12 @@ impl<S: Clone + Send + 'static> Observer<S> {
                 "an observer's thread ended before it started looking".into(),
             )),
         }
+    }
+
+    /// How many looks have been folded so far (answered, failed or timed out): a check that
+    /// relies on an observer can tell that it really looked.
+    pub fn looks(&self) -> u64 {
+        self.looks.load(Ordering::Relaxed)
     }
 
     /// The state as folded so far.
