@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use conclave_deploy_tests::image::locate_image;
 use conclave_deploy_tests::workloads::{
     COMPONENT, COMPONENT_NAMESPACE, SCHEDULER, SCHEDULER_LEASE, SCHEDULER_NAMESPACE,
-    component_manifest, is_identity_of, load_image, look_at_election, rolled_out,
-    scheduler_manifest,
+    component_manifest, is_identity_of, load_image, look_at_election, one_node_chart_flags,
+    rolled_out, scheduler_manifest,
 };
 use conclave_deploy_tests::{
     FULL_NAME, RELEASE_NAMESPACE, chart_path, locate_helm, locate_kubectl, run,
@@ -96,10 +96,6 @@ async fn main() -> BenchResult<()> {
     load_image(&image, &node, &image.reference)?;
     let scheduler_image = node.import_kube_scheduler()?;
     let builtin = plane.hold_builtin_controller_lease().await?;
-    let (repository, tag) = image
-        .reference
-        .rsplit_once(':')
-        .ok_or("the image reference has no tag")?;
     let chart = chart_path().to_string_lossy().into_owned();
     let helm_run = |args: &[&str]| -> BenchResult<()> {
         let mut all = args.to_vec();
@@ -112,24 +108,10 @@ async fn main() -> BenchResult<()> {
         let out = run(&helm, &all, None)?;
         ok(&out.command, out.success(), &out.stderr)
     };
-    let image_repository = format!("image.repository={repository}");
-    let image_tag = format!("image.tag={tag}");
-    helm_run(&[
-        "install",
-        FULL_NAME,
-        &chart,
-        "--create-namespace",
-        "--set",
-        &image_repository,
-        "--set",
-        &image_tag,
-        "--set",
-        "image.pullPolicy=Never",
-        "--set",
-        "podAntiAffinity=soft",
-        "--set",
-        "controller.mode=all",
-    ])?;
+    let on_one_node = one_node_chart_flags(&image.reference)?;
+    let mut install = vec!["install", FULL_NAME, &chart, "--create-namespace"];
+    install.extend(on_one_node.iter().map(String::as_str));
+    helm_run(&install)?;
     rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT).await?;
 
     let component = component_manifest(&image.reference)?;

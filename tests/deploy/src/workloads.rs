@@ -39,6 +39,8 @@ pub struct ElectionLook {
     pub holder: Option<String>,
     /// `spec.preferredHolder`, when a controller asked the holder to hand over.
     pub preferred: Option<String>,
+    /// `spec.strategy`, when the Lease names one.
+    pub strategy: Option<String>,
     /// The holder's last renewal and its Lease duration, when it holds.
     pub renewed: Option<(jiff::Timestamp, i64)>,
     /// Each candidate's name and emulation version.
@@ -80,6 +82,7 @@ pub async fn look_at_election(
         at,
         wall,
         preferred: spec.preferred_holder.filter(|p| !p.is_empty()),
+        strategy: spec.strategy,
         renewed: holder.as_ref().and(
             spec.renew_time
                 .map(|r| (r.0, i64::from(spec.lease_duration_seconds.unwrap_or(15)))),
@@ -96,6 +99,26 @@ pub fn is_identity_of(identity: &str, pod: &str) -> bool {
         || identity
             .strip_prefix(pod)
             .is_some_and(|rest| rest.starts_with('-') || rest.starts_with('_'))
+}
+
+/// The `helm install` flags that run the chart on the test's one node with `image` (a
+/// `REPOSITORY:TAG` imported into the node, never pulled), electing every Lease
+/// (`controller.mode=all`, for a control plane whose built-in controller is held passive).
+pub fn one_node_chart_flags(image: &str) -> Result<Vec<String>, Error> {
+    let (repository, tag) = image
+        .rsplit_once(':')
+        .ok_or_else(|| Error::Unexpected(format!("the image reference {image} has no tag")))?;
+    Ok([
+        format!("image.repository={repository}"),
+        format!("image.tag={tag}"),
+        "image.pullPolicy=Never".into(),
+        // One node: the default (hard) anti-affinity would leave the second replica Pending.
+        "podAntiAffinity=soft".into(),
+        "controller.mode=all".into(),
+    ]
+    .into_iter()
+    .flat_map(|value| ["--set".to_owned(), value])
+    .collect())
 }
 
 /// `deploy/examples/component.yaml` with `image` (imported into the node, never pulled).

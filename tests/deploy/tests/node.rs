@@ -19,7 +19,7 @@ use conclave_deploy_tests::image::{NONROOT, locate_image};
 use conclave_deploy_tests::workloads::{
     self, COMPONENT, COMPONENT_NAMESPACE, ElectionLook, SCHEDULER, SCHEDULER_LEASE,
     SCHEDULER_NAMESPACE, SCHEDULER_PROFILE, component_manifest, is_identity_of, load_image,
-    rolled_out, scheduler_manifest,
+    one_node_chart_flags, rolled_out, scheduler_manifest,
 };
 use conclave_deploy_tests::{
     FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
@@ -32,7 +32,6 @@ use conclave_testkit::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
@@ -354,6 +353,27 @@ async fn wait_deployment_ready(client: &Client) {
 /// One look at the example component's election: the Lease first, then the candidates (a
 /// candidate of the old version listed after the Lease was read existed when it was read: none
 /// is created once the roll starts).
+/// Prints `kubectl get pods -A -o wide`: where every Pod of the cluster ended up.
+fn print_pods_wide(kubectl: &Path, kubeconfig: &Path) {
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let listed = run(
+        kubectl,
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "get",
+            "pods",
+            "-A",
+            "-o",
+            "wide",
+        ],
+        None,
+    )
+    .expect("kubectl get pods");
+    listed.assert_success();
+    eprintln!("kubectl get pods -A -o wide:\n{}", listed.stdout);
+}
+
 /// A look at the example component's election.
 async fn look_at_election(client: &Client) -> Result<ElectionLook, kube::Error> {
     workloads::look_at_election(client, COMPONENT_NAMESPACE, COMPONENT).await
@@ -544,47 +564,39 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let plugins = build_plugins(&["priority"]);
     let (wasm_base64, wasm_sha256) = base64_and_sha256(&plugins.join("priority.wasm"));
 
-    let (repository, tag) = image
+    let (repository, _tag) = image
         .reference
         .rsplit_once(':')
         .expect("the image reference has a tag");
     let kubeconfig = plane.kubeconfig_path().to_string_lossy().into_owned();
     let chart = chart_path().to_string_lossy().into_owned();
-    run(
-        &helm,
-        &[
-            "install",
-            FULL_NAME,
-            &chart,
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--create-namespace",
-            "--set",
-            &format!("image.repository={repository}"),
-            "--set",
-            &format!("image.tag={tag}"),
-            "--set",
-            "image.pullPolicy=Never",
-            // One node: the default (hard) anti-affinity would leave the second replica Pending.
-            "--set",
-            "podAntiAffinity=soft",
-            "--set",
-            "controller.mode=all",
-            "--set",
-            "plugins.source=configMap",
-            "--set",
-            "plugins.configMap.items[0].name=priority",
-            "--set-string",
-            &format!("plugins.configMap.items[0].wasm={wasm_base64}"),
-            "--set",
-            &format!("plugins.configMap.items[0].sha256={wasm_sha256}"),
-        ],
-        None,
-    )
-    .expect("running helm install")
-    .assert_success();
+    let on_one_node = one_node_chart_flags(&image.reference).expect("the chart's flags");
+    let mut install: Vec<&str> = vec![
+        "install",
+        FULL_NAME,
+        &chart,
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+    ];
+    install.extend(on_one_node.iter().map(String::as_str));
+    let wasm = format!("plugins.configMap.items[0].wasm={wasm_base64}");
+    let sha256 = format!("plugins.configMap.items[0].sha256={wasm_sha256}");
+    install.extend([
+        "--set",
+        "plugins.source=configMap",
+        "--set",
+        "plugins.configMap.items[0].name=priority",
+        "--set-string",
+        &wasm,
+        "--set",
+        &sha256,
+    ]);
+    run(&helm, &install, None)
+        .expect("running helm install")
+        .assert_success();
 
     let client = plane.client().await.expect("client");
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
@@ -1179,33 +1191,24 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| p.metadata.name)
         .collect();
-    let scheduler_leases: Api<Lease> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
-    let scheduler_candidates: Api<LeaseCandidate> =
-        Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
     let elected = wait_for("kube-scheduler elected", ELECTION_TIMEOUT, || async {
-        let candidates: Vec<String> = scheduler_candidates
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|c| {
-                c.spec
-                    .as_ref()
-                    .is_some_and(|s| s.lease_name == SCHEDULER_LEASE)
-            })
-            .filter_map(|c| c.metadata.name)
-            .collect();
-        let spec = scheduler_leases
-            .get_opt(SCHEDULER_LEASE)
-            .await?
-            .and_then(|l| l.spec);
-        Ok(spec
-            .filter(|_| candidates.len() == 2)
-            .and_then(|s| Some((s.holder_identity?, s.strategy, candidates))))
+        let look =
+            workloads::look_at_election(&client, SCHEDULER_NAMESPACE, SCHEDULER_LEASE).await?;
+        Ok(look
+            .holder
+            .clone()
+            .filter(|_| look.candidates.len() == 2)
+            .map(|_| look))
     })
     .await
     .expect("kube-scheduler's Lease written");
-    let (holder, strategy, candidates) = elected;
+    let holder = elected.holder.clone().unwrap_or_default();
+    let strategy = elected.strategy;
+    let candidates: Vec<String> = elected
+        .candidates
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
     // kube-scheduler's identity is its host name (the pod's name), `_`, a UUID.
     assert!(
         scheduler_names
@@ -1266,22 +1269,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
          bound a Pod with schedulerName {SCHEDULER_PROFILE} to {}",
         controller.name, bound
     );
-    let pods_wide = run(
-        &kubectl,
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "get",
-            "pods",
-            "-A",
-            "-o",
-            "wide",
-        ],
-        None,
-    )
-    .expect("kubectl get pods");
-    pods_wide.assert_success();
-    eprintln!("kubectl get pods -A -o wide:\n{}", pods_wide.stdout);
+    print_pods_wide(&kubectl, plane.kubeconfig_path());
 }
 
 /// Guard for the README's quick-start cluster: stops it and removes its directory when dropped.
@@ -1399,19 +1387,5 @@ async fn the_readme_quick_start_runs_as_written_and_elects_through_an_image_volu
     let plugins = repo_root().join("target/wasm/wasm32-wasip2/release");
     assert_status_shows_the_election(&kubectl, &kubeconfig, &plugins);
     assert_logs_show_the_election(&kubectl, &kubeconfig, &active.name);
-    let listed = run(
-        &kubectl,
-        &[
-            "--kubeconfig",
-            &kubeconfig.to_string_lossy(),
-            "get",
-            "pods",
-            "-A",
-            "-o",
-            "wide",
-        ],
-        None,
-    )
-    .expect("kubectl get pods");
-    eprintln!("kubectl get pods -A -o wide:\n{}", listed.stdout);
+    print_pods_wide(&kubectl, &kubeconfig);
 }
