@@ -8,7 +8,10 @@
 //!
 //! Flags: `--handoffs N` (default 1000), `--seed S` (replay; default from the clock),
 //! `--leases N` (4), `--candidates N` (3 per Lease), `--minutes M` (stop after M minutes
-//! anyway), `--server emulator|kube-apiserver` (the latter needs tests/kube/build.sh).
+//! anyway), `--server emulator|kube-apiserver` (the latter needs tests/kube/build.sh),
+//! `--kubelet` (every candidate in a Pod of a simulated kubelet, which reports its container
+//! kills: the controller's pod liveness fails over on the report; fails on a `HolderDead` Event
+//! naming a live process).
 //! Needs the `conclave` binary: `$CONCLAVE_BIN`, else `target/debug/conclave`.
 
 #[path = "../tests/common/mod.rs"]
@@ -52,6 +55,7 @@ async fn main() {
         leases: flag("--leases").unwrap_or(4) as usize,
         candidates: flag("--candidates").unwrap_or(3) as usize,
         time_limit: flag("--minutes").map(|m| Duration::from_secs(m * 60)),
+        kubelet: std::env::args().any(|a| a == "--kubelet"),
     };
     let seed = config.seed;
     let server = match server_flag().as_str() {
@@ -68,4 +72,11 @@ async fn main() {
         println!("unclean exit after SIGTERM: {exit}");
     }
     report.verdict.assert_clean(seed);
+    if let Some(kubelet) = &report.kubelet {
+        assert!(
+            kubelet.wrongly_dead.is_empty(),
+            "seed {seed}: HolderDead for live processes: {:?}",
+            kubelet.wrongly_dead
+        );
+    }
 }

@@ -2,6 +2,9 @@
 //! checked by the split-brain checker (tests/common/checker.rs): no two leadership intervals of
 //! one Lease overlap, and every term's tasks stopped before its release. The long run is
 //! `cargo bench -p conclave-candidate --bench soak -- --handoffs 1000` (docs/benchmarks.md).
+//! The emulator's run is repeated with a simulated kubelet (tests/common/kubelet.rs): the
+//! candidates run in Pods, crashes are container kills the kubelet reports, and the
+//! controller's pod liveness fails over on the reports.
 //!
 //! Needs the `conclave` binary (`cargo build -p conclave`), as tests/split_brain_processes.rs;
 //! the real-server test also needs the control plane (tests/kube/build.sh). Set
@@ -15,7 +18,7 @@ use common::soak::{Goal, SoakConfig};
 use common::*;
 use std::time::Duration;
 
-fn config(events: usize) -> SoakConfig {
+fn config(events: usize, kubelet: bool) -> SoakConfig {
     let seed = std::env::var("CONCLAVE_SOAK_SEED")
         .ok()
         .map(|s| s.parse().expect("CONCLAVE_SOAK_SEED is a number"))
@@ -26,11 +29,12 @@ fn config(events: usize) -> SoakConfig {
         leases: 2,
         candidates: 3,
         time_limit: None,
+        kubelet,
     }
 }
 
-async fn soak(server: &Server, binary: &std::path::Path, events: usize) {
-    let config = config(events);
+async fn soak(server: &Server, binary: &std::path::Path, events: usize, kubelet: bool) {
+    let config = config(events, kubelet);
     let seed = config.seed;
     let report = common::soak::run(server, binary, config).await;
     eprintln!("{report}");
@@ -44,6 +48,13 @@ async fn soak(server: &Server, binary: &std::path::Path, events: usize) {
         report.verdict.terms >= 4,
         "seed {seed}: too few terms to mean anything"
     );
+    if let Some(kubelet) = &report.kubelet {
+        assert!(
+            kubelet.wrongly_dead.is_empty(),
+            "seed {seed}: the controller declared live holders dead: {:?}",
+            kubelet.wrongly_dead
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,7 +63,16 @@ async fn fifty_events_on_the_emulator_without_split_brain() {
         return;
     };
     let server = Server::emulator("soak").await;
-    soak(&server, &binary, 50).await;
+    soak(&server, &binary, 50, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_events_with_container_kills_reported_by_a_kubelet_without_split_brain() {
+    let Some(binary) = conclave_binary() else {
+        return;
+    };
+    let server = Server::emulator("soak-kubelet").await;
+    soak(&server, &binary, 50, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +83,7 @@ async fn stalls_on_kube_apiserver_without_split_brain() {
     let Some(server) = Server::real("soak").await else {
         return;
     };
-    soak(&server, &binary, 30).await;
+    soak(&server, &binary, 30, false).await;
 }
 
 // The checker itself, on hand-written outputs. Monotonic readings (`*monotonic_ns`) are

@@ -8,6 +8,7 @@
 //! process's output once it is reaped: the end of a leadership interval the process itself could
 //! not print, for [`super::checker`], which reads only these files.
 
+use super::kubelet::PodEnv;
 use super::{Backend, Server};
 use conclave_emulator::{Failure, Verb};
 use conclave_testkit::StallTarget;
@@ -143,9 +144,36 @@ impl CandidateProcess {
         identity: &str,
         emulation_minor: u64,
     ) -> Self {
+        Self::spawn_in(binary, server, lease, identity, emulation_minor, None)
+    }
+
+    /// [`Self::spawn`], in a simulated Pod when `pod` is given: with the downward API's variables,
+    /// and started in the container's cgroup (the process writes its own pid into it, then
+    /// `exec`s `conclave`, so its first read of `/proc/self/cgroup` names the container).
+    pub fn spawn_in(
+        binary: &Path,
+        server: &Server,
+        lease: &str,
+        identity: &str,
+        emulation_minor: u64,
+        pod: Option<&PodEnv>,
+    ) -> Self {
         let output = server.scratch().join(format!("{identity}.out"));
+        let mut command = match pod.and_then(|pod| pod.cgroup_procs.as_ref()) {
+            Some(procs) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "echo $$ > \"$CGROUP_PROCS\" && exec \"$0\" \"$@\""])
+                    .arg(binary)
+                    .env("CGROUP_PROCS", procs);
+                sh
+            }
+            None => Command::new(binary),
+        };
+        for (name, value) in pod.map(|pod| pod.vars.as_slice()).unwrap_or_default() {
+            command.env(name, value);
+        }
         let process = Process::spawn(
-            Command::new(binary)
+            command
                 .args(["candidate", "--kubeconfig"])
                 .arg(server.kubeconfig())
                 .args(["--namespace", server.namespace()])

@@ -6,14 +6,23 @@
 //! 0.5–3 s later under a new identity), and API faults of the server's kinds ([`Fault`]). At the
 //! end every candidate leaves gracefully, and [`Checker`] reads their output.
 //!
+//! With [`SoakConfig::kubelet`], every candidate runs in a Pod of a simulated [`Kubelet`] and a
+//! crash is a container kill the kubelet reports (terminated, then restarted in the same Pod
+//! under a new identity, or the Pod deleted), so the controller's pod liveness fails over on the
+//! report; live holders now and then get reports that only look bad (phase `Unknown`, an earlier
+//! instance's termination), on which the controller must not fail over. Every `HolderDead` Event
+//! must name a process that was killed.
+//!
 //! Shared by tests/soak.rs (about 50 events, CI) and benches/soak.rs (`--handoffs 1000`).
 
 use super::checker::{Checker, HandOff, Verdict};
+use super::kubelet::{Kubelet, PodSlot};
 use super::procs::{CandidateProcess, ControllerReplica, Dice, Fault, calm};
 use super::{Backend, Server};
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,6 +57,9 @@ pub struct SoakConfig {
     pub candidates: usize,
     /// Stop anyway after this long, reporting what was reached.
     pub time_limit: Option<Duration>,
+    /// Run every candidate in a Pod of a simulated [`Kubelet`], which reports its container
+    /// kills (the controller's pod liveness then fails over on the report).
+    pub kubelet: bool,
 }
 
 /// What a soak run did and what the checker found.
@@ -73,10 +85,34 @@ pub struct Report {
     pub controller_restarts: usize,
     /// Faults injected, by kind.
     pub faults: BTreeMap<Fault, usize>,
+    /// What the simulated kubelet did, when it ran.
+    pub kubelet: Option<KubeletReport>,
     /// Candidates that did not exit cleanly after SIGTERM, with their output file.
     pub unclean_exits: Vec<String>,
     /// The checker's verdict.
     pub verdict: Verdict,
+}
+
+/// What the simulated kubelet reported, and what the controller made of it.
+#[derive(Debug, Default)]
+pub struct KubeletReport {
+    /// Whether the processes recorded their container IDs (they ran in cgroups named after them).
+    pub container_ids: bool,
+    /// Containers reported terminated (exit 137), then restarted in the same Pod.
+    pub terminated_then_restarted: usize,
+    /// Containers reported restarted at once (the termination seen only in `lastState`).
+    pub restarted: usize,
+    /// Pods deleted after their container was killed.
+    pub pods_deleted: usize,
+    /// Of the kills, reported as `OOMKilled`.
+    pub oom_killed: usize,
+    /// Reports on live holders that only look bad (phase `Unknown`, an earlier instance's
+    /// termination).
+    pub trouble_reports: usize,
+    /// `HolderDead` Events the controller published.
+    pub holder_dead_events: usize,
+    /// `HolderDead` Events naming a process that was never killed (must stay empty).
+    pub wrongly_dead: Vec<String>,
 }
 
 /// The candidates of one Lease.
@@ -114,6 +150,12 @@ struct Soak<'a> {
     ended: Vec<(String, String, PathBuf)>,
     spawned: usize,
     hand_offs_seen: usize,
+    /// The simulated kubelet, with every Pod by name, and the Pod of each candidate identity.
+    kubelet: Option<Kubelet>,
+    pods: BTreeMap<String, PodSlot>,
+    pod_of: BTreeMap<String, String>,
+    /// Identities of every candidate process SIGKILLed.
+    killed: BTreeSet<String>,
     report: Report,
 }
 
@@ -137,6 +179,15 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
                 .expect("built-in election controller passive"),
         ),
     };
+    let kubelet = if config.kubelet {
+        Some(Kubelet::new(server).await)
+    } else {
+        None
+    };
+    let kubelet_report = kubelet.as_ref().map(|kubelet| KubeletReport {
+        container_ids: kubelet.records_container_ids(),
+        ..KubeletReport::default()
+    });
     let mut soak = Soak {
         server,
         binary,
@@ -161,6 +212,10 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
         ended: Vec::new(),
         spawned: 0,
         hand_offs_seen: 0,
+        kubelet,
+        pods: BTreeMap::new(),
+        pod_of: BTreeMap::new(),
+        killed: BTreeSet::new(),
         report: Report {
             server: server.kind(),
             config,
@@ -172,6 +227,7 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
             follower_kills: 0,
             controller_restarts: 0,
             faults: BTreeMap::new(),
+            kubelet: kubelet_report,
             unclean_exits: Vec::new(),
             verdict: Verdict::default(),
         },
@@ -191,7 +247,7 @@ impl Soak<'_> {
         loop {
             self.restart_replicas();
             for n in 0..self.pools.len() {
-                self.refill(n);
+                self.refill(n).await;
             }
             let done = match self.report.config.goal {
                 Goal::Events(n) => self.report.events >= n,
@@ -229,7 +285,7 @@ impl Soak<'_> {
         let n = self.dice.below(self.pools.len() as u64) as usize;
         let holder = holders.get(&self.pools[n].lease).cloned();
         match self.dice.below(100) {
-            0..30 => self.preempt(n, holder.as_deref()),
+            0..30 => self.preempt(n, holder.as_deref()).await,
             30..45 => match self.pools[n].position(holder.as_deref()) {
                 Some(i) if self.pools[n].members[i].started() => {
                     let mut leader = self.pools[n].members.swap_remove(i);
@@ -237,7 +293,7 @@ impl Soak<'_> {
                     self.retiring.push((leader, Instant::now()));
                     self.report.releases += 1;
                 }
-                _ => self.preempt(n, holder.as_deref()),
+                _ => self.preempt(n, holder.as_deref()).await,
             },
             45..57 => {
                 let pool = &mut self.pools[n];
@@ -247,9 +303,7 @@ impl Soak<'_> {
                 };
                 if i < pool.members.len() {
                     let victim = pool.members.swap_remove(i);
-                    let lease = victim.lease().to_owned();
-                    let identity = victim.identity().to_owned();
-                    self.ended.push((lease, identity, victim.kill()));
+                    self.crash(n, victim).await;
                     if leader {
                         self.report.leader_kills += 1;
                     } else {
@@ -259,7 +313,7 @@ impl Soak<'_> {
             }
             57..64 => {
                 // Mid-election: a pre-emption is set off, then the active replica dies.
-                self.preempt(n, holder.as_deref());
+                self.preempt(n, holder.as_deref()).await;
                 tokio::time::sleep(self.dice.millis(0, 300)).await;
                 self.crash_controller(holders.get(CONTROLLER_LEASE).map(String::as_str));
             }
@@ -269,14 +323,87 @@ impl Soak<'_> {
                 fault.inject(self.server, &mut self.dice).await;
                 *self.report.faults.entry(fault).or_default() += 1;
             }
+            84..90 if self.kubelet.is_some() => self.trouble(holder.as_deref()).await,
             _ => calm(self.server),
         }
+    }
+
+    /// SIGKILLs `victim` (a candidate of pool `n`, already out of it); with the kubelet, then
+    /// reports its container's death after 0–0.8 s, as a kubelet does once the runtime saw the
+    /// process exit: terminated and restarted 0–1 s later (half the time), restarted at once (a
+    /// quarter), or its Pod deleted. A restarted container's process rejoins pool `n` under a new
+    /// identity, with the same versions.
+    async fn crash(&mut self, n: usize, victim: CandidateProcess) {
+        let identity = victim.identity().to_owned();
+        let minor = victim.emulation_minor();
+        self.ended
+            .push((victim.lease().to_owned(), identity.clone(), victim.kill()));
+        self.killed.insert(identity.clone());
+        let (Some(kubelet), Some(report)) = (&self.kubelet, &mut self.report.kubelet) else {
+            return;
+        };
+        let Some(pod) = self.pod_of.remove(&identity) else {
+            return;
+        };
+        let mut slot = self
+            .pods
+            .remove(&pod)
+            .expect("every candidate's Pod is known");
+        tokio::time::sleep(self.dice.millis(0, 800)).await;
+        let oom = self.dice.below(4) == 0;
+        report.oom_killed += usize::from(oom);
+        let env = match self.dice.below(4) {
+            0 | 1 => {
+                kubelet.report_terminated(&slot, oom).await;
+                tokio::time::sleep(self.dice.millis(0, 1000)).await;
+                report.terminated_then_restarted += 1;
+                kubelet.report_restarted(&mut slot, oom).await
+            }
+            2 => {
+                report.restarted += 1;
+                kubelet.report_restarted(&mut slot, oom).await
+            }
+            _ => {
+                report.pods_deleted += 1;
+                kubelet.delete_pod(&slot).await;
+                kubelet.remove_cgroups(&mut slot);
+                return;
+            }
+        };
+        kubelet.remove_cgroups(&mut slot);
+        let restarted = format!("{pod}-r{}", slot.restarts());
+        let candidate = CandidateProcess::spawn_in(
+            self.binary,
+            self.server,
+            &self.pools[n].lease,
+            &restarted,
+            minor,
+            Some(&env),
+        );
+        self.pools[n].members.push(candidate);
+        self.pod_of.insert(restarted, pod.clone());
+        self.pods.insert(pod, slot);
+    }
+
+    /// Reports signs of trouble on the holder's Pod that do not prove it dead.
+    async fn trouble(&mut self, holder: Option<&str>) {
+        let (Some(kubelet), Some(report)) = (&self.kubelet, &mut self.report.kubelet) else {
+            return;
+        };
+        let Some(slot) = holder
+            .and_then(|holder| self.pod_of.get(holder))
+            .and_then(|pod| self.pods.get(pod))
+        else {
+            return;
+        };
+        kubelet.report_trouble(slot).await;
+        report.trouble_reports += 1;
     }
 
     /// Starts a candidate older than the leader of pool `n`, which the controller then prefers;
     /// a leader already at the oldest version is stopped with SIGTERM instead. One follower
     /// leaves first if the pool is full.
-    fn preempt(&mut self, n: usize, holder: Option<&str>) {
+    async fn preempt(&mut self, n: usize, holder: Option<&str>) {
         let Some(i) = self.pools[n].position(holder) else {
             return;
         };
@@ -303,28 +430,40 @@ impl Soak<'_> {
             self.retiring.push((follower, Instant::now()));
         }
         let older = minor - 1 - self.dice.below((minor - OLDEST_MINOR).min(3));
-        self.spawn(n, older);
+        self.spawn(n, older).await;
         self.report.preemptions += 1;
     }
 
-    fn spawn(&mut self, n: usize, minor: u64) {
+    /// Starts a new candidate on pool `n` (in a new Pod, with the kubelet).
+    async fn spawn(&mut self, n: usize, minor: u64) {
         self.spawned += 1;
         let identity = format!("s{n}-c{}", self.spawned);
-        let candidate = CandidateProcess::spawn(
+        let env = match &self.kubelet {
+            Some(kubelet) => {
+                let slot = kubelet.create_pod(&identity).await;
+                let env = kubelet.env(&slot);
+                self.pods.insert(identity.clone(), slot);
+                self.pod_of.insert(identity.clone(), identity.clone());
+                Some(env)
+            }
+            None => None,
+        };
+        let candidate = CandidateProcess::spawn_in(
             self.binary,
             self.server,
             &self.pools[n].lease,
             &identity,
             minor,
+            env.as_ref(),
         );
         self.pools[n].members.push(candidate);
     }
 
     /// Keeps `candidates` processes on pool `n`, new ones with random versions.
-    fn refill(&mut self, n: usize) {
+    async fn refill(&mut self, n: usize) {
         while self.pools[n].members.len() < self.report.config.candidates {
             let minor = OLDEST_MINOR + self.dice.below(NEWEST_MINOR - OLDEST_MINOR + 1);
-            self.spawn(n, minor);
+            self.spawn(n, minor).await;
         }
     }
 
@@ -443,6 +582,12 @@ impl Soak<'_> {
                 replica.kill();
             }
         }
+        self.judge_holder_dead_events().await;
+        if let Some(kubelet) = &self.kubelet {
+            for slot in self.pods.values_mut() {
+                kubelet.remove_cgroups(slot);
+            }
+        }
         let mut checker = Checker::default();
         for (lease, identity, output) in &self.ended {
             let text = std::fs::read_to_string(output)
@@ -450,6 +595,33 @@ impl Soak<'_> {
             checker.add(lease, identity, &text);
         }
         self.report.verdict = checker.verdict();
+    }
+}
+
+impl Soak<'_> {
+    /// Counts the controller's `HolderDead` Events, and notes each that names a process that was
+    /// never killed.
+    async fn judge_holder_dead_events(&mut self) {
+        let Some(report) = &mut self.report.kubelet else {
+            return;
+        };
+        let events: Api<Event> =
+            Api::namespaced(self.server.client().await, self.server.namespace());
+        let list = events
+            .list(&kube::api::ListParams::default())
+            .await
+            .expect("list Events");
+        for event in list.items {
+            if event.reason.as_deref() != Some("HolderDead") {
+                continue;
+            }
+            report.holder_dead_events += 1;
+            let note = event.note.unwrap_or_default();
+            let holder = note.split(" is dead").next().unwrap_or_default();
+            if !self.killed.contains(holder) {
+                report.wrongly_dead.push(note);
+            }
+        }
     }
 }
 
@@ -559,6 +731,27 @@ impl fmt::Display for Report {
                 self.controller_restarts.to_string(),
             ),
             ("faults", faults.join(", ")),
+            (
+                "simulated kubelet",
+                self.kubelet.as_ref().map_or_else(
+                    || "off".into(),
+                    |k| {
+                        format!(
+                            "container IDs recorded: {}; container kills reported: terminated then \
+                     restarted {}, restarted {}, Pod deleted {} (OOMKilled {}); reports that only \
+                     look bad: {}; HolderDead Events {} ({} naming a live process)",
+                            if k.container_ids { "yes" } else { "no" },
+                            k.terminated_then_restarted,
+                            k.restarted,
+                            k.pods_deleted,
+                            k.oom_killed,
+                            k.trouble_reports,
+                            k.holder_dead_events,
+                            k.wrongly_dead.len()
+                        )
+                    },
+                ),
+            ),
             ("overlaps", v.overlaps.len().to_string()),
             ("leaked tasks", v.leaked.len().to_string()),
             (
