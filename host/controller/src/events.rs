@@ -124,7 +124,42 @@ impl Events {
         lease: Option<&Lease>,
         key: &LeaseKey,
         reason: EventReason,
+        note: String,
+    ) {
+        self.publish_related(lease, key, reason, note, None);
+    }
+
+    /// [`Self::publish`] for an Event about one candidate of the Lease (the holder found dead,
+    /// the holder that never renewed), named as the Event's `related` object. A warning about
+    /// another candidate is then an Event of its own: kube-rs's `Recorder` would otherwise take
+    /// it for a repeat of the last one on the Lease (its key is the object, reason and action,
+    /// not the note) and only count it in that Event's series, under the earlier candidate's
+    /// name.
+    pub fn publish_about_candidate(
+        &self,
+        lease: Option<&Lease>,
+        key: &LeaseKey,
+        reason: EventReason,
+        note: String,
+        candidate: &str,
+    ) {
+        let related = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1beta1".into()),
+            kind: Some("LeaseCandidate".into()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(candidate.to_owned()),
+            ..ObjectReference::default()
+        };
+        self.publish_related(lease, key, reason, note, Some(related));
+    }
+
+    fn publish_related(
+        &self,
+        lease: Option<&Lease>,
+        key: &LeaseKey,
+        reason: EventReason,
         mut note: String,
+        related: Option<ObjectReference>,
     ) {
         let reference = ObjectReference {
             api_version: Some("coordination.k8s.io/v1".into()),
@@ -141,7 +176,7 @@ impl Events {
             reason: reason.label().to_owned(),
             note: Some(note),
             action: "Elect".into(),
-            secondary: None,
+            secondary: related,
         };
         if self.queue.try_send(Pending { event, reference }).is_err() {
             tracing::warn!(
@@ -183,6 +218,7 @@ impl Publisher {
             note: event.note.clone(),
             event_time: Some(MicroTime(now)),
             regarding: Some(reference.clone()),
+            related: event.secondary.clone(),
             reporting_controller: Some("conclave".into()),
             reporting_instance: Some(self.instance.clone()),
             type_: Some("Normal".into()),

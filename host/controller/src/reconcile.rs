@@ -198,7 +198,7 @@ async fn pod_liveness(
                     })
                     .inc();
                 tracing::warn!(%holder, death = death.label(), "the holder is dead: {} and it did not answer a ping; electing the next candidate before its Lease expires", death.describe());
-                ctx.events.publish(
+                ctx.events.publish_about_candidate(
                     lease_obj,
                     key,
                     EventReason::HolderDead,
@@ -207,6 +207,7 @@ async fn pod_liveness(
                          candidate without waiting for the Lease to expire",
                         death.describe()
                     ),
+                    &holder,
                 );
             }
             Ok(None)
@@ -357,7 +358,7 @@ fn sit_out_never_renewed(
     let seconds = until.elapsed_at(now).as_secs();
     ctx.metrics.holders_never_renewed.inc();
     tracing::warn!(%holder, %winner, strikes, sits_out_s = seconds, "the holder never renewed the Lease it was given; electing another");
-    ctx.events.publish(
+    ctx.events.publish_about_candidate(
         lease_obj,
         key,
         EventReason::HolderNeverRenewed,
@@ -366,6 +367,7 @@ fn sit_out_never_renewed(
              Leases? check its RBAC and admission policies); {winner} elected instead, and {holder} \
              sits out this Lease's elections for {seconds} s (time {strikes} in a row)"
         ),
+        holder,
     );
 }
 

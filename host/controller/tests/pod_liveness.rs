@@ -544,3 +544,78 @@ async fn a_candidate_reported_dead_is_never_elected() {
         "the live holder was pre-empted for a candidate whose container is dead"
     );
 }
+
+/// Two holders of one Lease found dead one after the other get an Event each, naming its holder
+/// in the note and as the Event's related LeaseCandidate. Without the related object kube-rs's
+/// `Recorder` took the second for a repeat of the first (same Lease, reason and action) and only
+/// counted it in the first Event's series, under the first holder's name: on a real node, an
+/// OOM-killed leader a few minutes after a SIGKILLed one had no Event of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_dead_holder_gets_a_holder_dead_event_of_its_own() {
+    use conclave_controller::LeaseKey;
+    use conclave_controller::events::{EventReason, Events};
+    use k8s_openapi::api::events::v1::Event;
+
+    let (_emulator, client) = emulator().await;
+    let events = Events::new(client.clone(), "c1", Duration::from_secs(10));
+    let key = LeaseKey::new(NS, "twice-dead");
+    let api: Api<Event> = Api::namespaced(client.clone(), NS);
+    let holder_dead = || async {
+        let mut found: Vec<(String, String, Option<i32>)> = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("HolderDead"))
+            .map(|e| {
+                let related = e.related.and_then(|r| r.name).unwrap_or_default();
+                let count = e.series.map(|s| s.count);
+                (e.note.unwrap_or_default(), related, count)
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    for (published, holder) in ["first", "second"].into_iter().enumerate() {
+        events.publish_about_candidate(
+            None,
+            &key,
+            EventReason::HolderDead,
+            format!("{holder} is dead: the kubelet reports its container terminated"),
+            holder,
+        );
+        // The first is sent before the second is published, so the second meets it in the
+        // Recorder's cache.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while holder_dead().await.len() <= published
+            && holder_dead()
+                .await
+                .iter()
+                .all(|(_, _, count)| count.is_none())
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no HolderDead Event for {holder}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let found = holder_dead().await;
+    assert_eq!(
+        found,
+        [
+            (
+                "first is dead: the kubelet reports its container terminated".to_owned(),
+                "first".to_owned(),
+                None
+            ),
+            (
+                "second is dead: the kubelet reports its container terminated".to_owned(),
+                "second".to_owned(),
+                None
+            ),
+        ],
+        "one HolderDead Event per dead holder"
+    );
+}

@@ -1,7 +1,9 @@
 //! Crash failover on a real node, side by side in one run: SIGKILL of the leading container,
 //! then the time until the next leader is written into the Lease, for
 //!
-//! - Conclave (the chart, `controller.mode=all`) with pod liveness (the default),
+//! - Conclave (the chart, `controller.mode=all`) with pod liveness (the default), and the same
+//!   with the leader OOM-killed instead (its container's memory cgroup filled, the kernel's OOM
+//!   killer ends it, the kubelet reports `OOMKilled`),
 //! - Conclave with `controller.podLiveness=off` (failover at the Lease's expiry),
 //! - kube-apiserver's built-in controller (the chart uninstalled, its `CoordinatedLeaderElection`
 //!   gate on), electing the same component and kube-scheduler v1.37.2 pods.
@@ -16,7 +18,7 @@
 //! CONCLAVE_IMAGE=localhost/conclave:dev cargo bench -p conclave-deploy-tests --bench node_failover -- [--rounds N]
 //! ```
 //! Needs root and the node (`tests/kube/build.sh`), helm (`.ci/prepare-helm.sh`), kubectl and the
-//! image (`deploy/build-image.sh`). About 12 minutes at 10 rounds.
+//! image (`deploy/build-image.sh`). About 15 minutes at 10 rounds.
 
 use std::time::{Duration, Instant};
 
@@ -119,8 +121,13 @@ async fn main() -> BenchResult<()> {
 
     fresh_component(&client, &kubectl_apply, &component).await?;
     eprintln!("bench: Conclave, pod liveness on");
-    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds).await? {
+    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::Signal).await? {
         rows.push(("Conclave, pod liveness on", "component", times));
+    }
+    fresh_component(&client, &kubectl_apply, &component).await?;
+    eprintln!("bench: Conclave, pod liveness on, OOM kills");
+    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::OutOfMemory).await? {
+        rows.push(("Conclave, pod liveness on", "component, OOM kill", times));
     }
 
     helm_run(&[
@@ -134,7 +141,7 @@ async fn main() -> BenchResult<()> {
     rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT).await?;
     fresh_component(&client, &kubectl_apply, &component).await?;
     eprintln!("bench: Conclave, pod liveness off");
-    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds).await? {
+    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::Signal).await? {
         rows.push(("Conclave, pod liveness off", "component", times));
     }
 
@@ -159,14 +166,15 @@ async fn main() -> BenchResult<()> {
     .await?;
     eprintln!("bench: kube-apiserver's built-in controller");
     let workloads = [&THE_COMPONENT, &KUBE_SCHEDULER];
-    let times = kill_rounds(&client, &node, &workloads, rounds).await?;
+    let times = kill_rounds(&client, &node, &workloads, rounds, Kill::Signal).await?;
     for (workload, times) in ["component", "kube-scheduler"].into_iter().zip(times) {
         rows.push(("built-in controller", workload, times));
     }
 
     println!();
     println!(
-        "SIGKILL of the leader's container -> next leader written ({rounds} rounds each, one run)"
+        "SIGKILL (or OOM kill) of the leader's container -> next leader written ({rounds} rounds \
+         each, one run)"
     );
     println!();
     println!("| controller | workload | median | max | min | rounds |");
@@ -263,20 +271,34 @@ async fn fresh_component(
     Ok(())
 }
 
-/// `rounds` rounds; in each, every workload's leader is killed at the same moment and each
-/// failover timed. Returns the times per workload, in `workloads`' order.
+/// How a round ends the leader's process.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// SIGKILL of its container, through containerd.
+    Signal,
+    /// The kernel's OOM killer, once its container's memory cgroup is full
+    /// ([`Node::oom_kill_container`]).
+    OutOfMemory,
+}
+
+/// `rounds` rounds; in each, every workload's leader is killed (`how`) at the same moment and
+/// each failover timed. Returns the times per workload, in `workloads`' order.
 async fn kill_rounds(
     client: &Client,
     node: &Node,
     workloads: &[&'static Workload],
     rounds: usize,
+    how: Kill,
 ) -> BenchResult<Vec<Vec<Duration>>> {
     let mut times = vec![Vec::new(); workloads.len()];
     for round in 1..=rounds {
         let leaders = stable_leaders(client, workloads).await?;
         let killed_at = Instant::now();
         for (_, container) in &leaders {
-            node.kill_container(container)?;
+            match how {
+                Kill::Signal => node.kill_container(container)?,
+                Kill::OutOfMemory => node.oom_kill_container(container)?,
+            }
         }
         let waits: Vec<_> = workloads
             .iter()

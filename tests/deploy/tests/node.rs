@@ -507,6 +507,29 @@ async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudg
     .expect("the PodDisruptionBudget")
 }
 
+/// The Pod of the component replica leading as `leader`, and its container's ID as the kubelet
+/// reports it (`containerd://…`).
+async fn leading_container(pods: &Api<Pod>, leader: &str) -> (String, String) {
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+        .await
+        .expect("the component's pods");
+    listed
+        .items
+        .into_iter()
+        .find_map(|pod| {
+            let name = pod.metadata.name?;
+            let id = pod
+                .status?
+                .container_statuses?
+                .into_iter()
+                .next()?
+                .container_id?;
+            is_identity_of(leader, &name).then_some((name, id))
+        })
+        .unwrap_or_else(|| panic!("no running pod of the leader {leader}"))
+}
+
 /// How many `HolderDead` Events the controller published in the example's namespace.
 async fn count_holder_dead(events: &Api<K8sEvent>) -> usize {
     events
@@ -962,26 +985,10 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // replica, restarted by the kubelet, comes back under a new identity (a candidate like any
     // other, elected only by the controller); the old identity never leads again.
     let component_pods: Api<Pod> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    let listed = component_pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
-        .await
-        .expect("the component's pods");
-    let leading = listed
-        .items
-        .iter()
-        .find(|p| is_identity_of(&new_leader, p.metadata.name.as_deref().unwrap_or("-")))
-        .unwrap_or_else(|| panic!("no pod of the leader {new_leader}"));
-    let leading_name = leading.metadata.name.clone().unwrap_or_default();
-    let container = leading
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .cloned()
-        .expect("the leader's container");
+    let (leading_name, leading_id) = leading_container(&component_pods, &new_leader).await;
     let election = election_log(plane.kubeconfig_path());
     let killed_at = Instant::now();
-    node.kill_container(container.container_id.as_deref().expect("a container id"))
+    node.kill_container(&leading_id)
         .expect("killing the leading component");
     let next = wait_for("the next component leader", ELECTION_TIMEOUT, || async {
         let look = look_at_election(&client).await?;
@@ -1049,21 +1056,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // container still runs), so the controller fails over at the Lease's expiry, never before,
     // and without a HolderDead Event.
     let dead_before = count_holder_dead(&events).await;
-    let stalled_pod = component_pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
-        .await
-        .expect("the component's pods")
-        .items
-        .into_iter()
-        .find(|p| is_identity_of(&next, p.metadata.name.as_deref().unwrap_or("-")))
-        .unwrap_or_else(|| panic!("no pod of the leader {next}"));
-    let stalled_id = stalled_pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.container_id.clone())
-        .expect("the leader's container id");
+    let (_, stalled_id) = leading_container(&component_pods, &next).await;
     let pid = node.container_pid(&stalled_id).expect("the leader's pid");
     let signal = |name: &str| {
         let out = run(
@@ -1100,6 +1093,93 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
          Lease expired",
         after_stall.holder.as_deref().unwrap_or_default(),
         after_stall.wall.duration_since(expiry).as_secs_f64()
+    );
+
+    // An OOM kill of the leading component: the kernel kills its process when its container's
+    // memory cgroup runs out (64Mi, the example's limit), the kubelet reports the container
+    // `OOMKilled`, and the controller elects the next leader on that report (a HolderDead Event
+    // naming the killed leader); the kubelet restarts the container, which rejoins as a
+    // candidate under a new identity.
+    let leader = wait_for("a component leader", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look.holder.clone().filter(|_| look.candidates.len() >= 3))
+    })
+    .await
+    .expect("a component leader before the OOM kill");
+    let (oom_pod, oom_container) = leading_container(&component_pods, &leader).await;
+    let oomed_at = Instant::now();
+    node.oom_kill_container(&oom_container)
+        .expect("running the leading component out of memory");
+    let after_oom = wait_for("a leader after the OOM kill", ELECTION_TIMEOUT, || async {
+        let look = look_at_election(&client).await?;
+        Ok(look.holder.clone().filter(|h| *h != leader))
+    })
+    .await
+    .expect("the next leader after the OOM kill");
+    let oom_failover = oomed_at.elapsed();
+    let reported = wait_for(
+        "the container reported OOMKilled",
+        READY_TIMEOUT,
+        || async {
+            let pod = component_pods.get(&oom_pod).await?;
+            let status = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next());
+            Ok(status.and_then(|c| {
+                [c.state, c.last_state]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.terminated)
+                    .find(|t| t.container_id.as_deref() == Some(oom_container.as_str()))
+                    .map(|t| (t.reason.unwrap_or_default(), t.exit_code))
+            }))
+        },
+    )
+    .await
+    .expect("the kubelet's report of the OOM kill");
+    assert_eq!(
+        reported.0, "OOMKilled",
+        "the kubelet reported {reported:?} for the leader's container, not an OOM kill"
+    );
+    let dead = wait_for(
+        "a HolderDead Event for the OOM-killed leader",
+        ELECTION_TIMEOUT,
+        || {
+            let events = events.clone();
+            let leader = leader.clone();
+            async move {
+                let listed = events.list(&ListParams::default()).await?;
+                Ok(listed.items.into_iter().find_map(|e| {
+                    let note = e.note.unwrap_or_default();
+                    (e.reason.as_deref() == Some("HolderDead")
+                        && note.starts_with(&format!("{leader} is dead")))
+                    .then_some(note)
+                }))
+            }
+        },
+    )
+    .await
+    .expect("pod liveness fired on the OOM kill");
+    let rejoined = wait_for(
+        "the OOM-killed component back as a candidate",
+        READY_TIMEOUT,
+        || async {
+            let look = look_at_election(&client).await?;
+            Ok(look
+                .candidates
+                .iter()
+                .find(|(name, _)| is_identity_of(name, &oom_pod) && *name != leader)
+                .map(|(name, _)| name.clone()))
+        },
+    )
+    .await
+    .expect("the restarted component's candidate");
+    eprintln!(
+        "drill: OOM kill of the leading component {leader} ({reported:?}) -> next leader {} \
+         after {:.2} s ({dead}); the restarted container is the candidate {rejoined}",
+        after_oom.as_str(),
+        oom_failover.as_secs_f64()
     );
 
     // An eviction of the leading component's pod through the Eviction API (as `kubectl drain`

@@ -343,6 +343,95 @@ impl Node {
         .map(drop)
     }
 
+    /// Makes the container `container_id` (with or without the `containerd://` prefix) run out
+    /// of memory, so that the kernel's OOM killer ends its main process as it would end a
+    /// component that outgrew its memory limit; the kubelet then reports it `OOMKilled`.
+    ///
+    /// How: its main process is made the OOM killer's first choice (`oom_score_adj` 1000; raising
+    /// it needs no privilege, the kubelet sets about 999 for a Burstable container anyway), and
+    /// `dd` runs in the container's memory cgroup, holding a buffer of the limit minus half the
+    /// usage: more than the cgroup has left, less than the limit, so the kernel kills the main
+    /// process and `dd` then completes (or is killed with the rest of the container). The test
+    /// does not need the component's cooperation (a `FROM scratch` image has nothing to run an
+    /// allocation with), and the kill is the kernel's own. Fails if the container has no memory
+    /// limit, or if its main process still runs 10 s after `dd` ended. Returns once it is gone.
+    pub fn oom_kill_container(&self, container_id: &str) -> Result<(), Error> {
+        let pid = self.container_pid(container_id)?;
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|source| Error::Io {
+                context: format!("reading {}", path.display()),
+                source,
+            })
+        };
+        let proc_cgroup = read(&PathBuf::from(format!("/proc/{pid}/cgroup")))?;
+        let memory = proc_cgroup
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.splitn(3, ':');
+                fields.next()?;
+                Some((fields.next()?, fields.next()?))
+            })
+            .find(|(controllers, _)| controllers.split(',').any(|c| c == "memory"))
+            .map(|(_, path)| Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("pid {pid} has no memory cgroup:\n{proc_cgroup}"))
+            })?;
+        let number = |file: &str| -> Result<u64, Error> {
+            let text = read(&memory.join(file))?;
+            text.trim().parse().map_err(|_| {
+                Error::InvalidArgument(format!("{}/{file}: {text:?}", memory.display()))
+            })
+        };
+        let limit = number("memory.limit_in_bytes")?;
+        let usage = number("memory.usage_in_bytes")?;
+        if limit >= 1 << 40 {
+            return Err(Error::InvalidArgument(format!(
+                "container {container_id} has no memory limit ({})",
+                memory.display()
+            )));
+        }
+        let oom_score_adj = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
+        std::fs::write(&oom_score_adj, "1000").map_err(|source| Error::Io {
+            context: format!("writing {}", oom_score_adj.display()),
+            source,
+        })?;
+        let buffer = limit - usage / 2;
+        let dd = Command::new("sh")
+            .args([
+                "-c",
+                "echo $$ > \"$1/cgroup.procs\" && exec dd if=/dev/zero of=/dev/null bs=\"$2\" \
+                 count=1 iflag=fullblock",
+                "sh",
+            ])
+            .arg(&memory)
+            .arg(buffer.to_string())
+            .output()
+            .map_err(|source| Error::Io {
+                context: "running dd in the container's memory cgroup".into(),
+                source,
+            })?;
+        // dd completes, or goes with the container: once its init process is gone, the runtime
+        // kills whatever is left in the container's cgroup.
+        let killed = std::os::unix::process::ExitStatusExt::signal(&dd.status) == Some(9);
+        if !dd.status.success() && !killed {
+            return Err(Error::NodeCommand {
+                what: "dd in the container's memory cgroup".into(),
+                status: dd.status.to_string(),
+                stderr: String::from_utf8_lossy(&dd.stderr).into_owned(),
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_runs(pid) {
+            if Instant::now() > deadline {
+                return Err(Error::InvalidArgument(format!(
+                    "the OOM killer left pid {pid}, the main process of {container_id}, running"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// The host pid of the container `container_id`'s main process (with or without the
     /// `containerd://` prefix), from containerd's task list: read its `/proc/<pid>` to see the
     /// user, privileges and mounts the container really runs with.
@@ -655,6 +744,14 @@ fn import_archive(node_sh: &Path, dir: &Path, ctr: &Path, archive: &Path) -> Res
 }
 
 /// Runs `command` to completion; its stdout on success, an error quoting its stderr otherwise.
+/// Whether process `pid` exists and is not a zombie.
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
+}
+
 fn run_script(command: &mut Command, what: &str) -> Result<String, Error> {
     let output = command.output().map_err(|source| Error::Io {
         context: format!("running {what}"),
