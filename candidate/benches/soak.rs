@@ -71,7 +71,14 @@ async fn main() {
     for exit in &report.unclean_exits {
         println!("unclean exit after SIGTERM: {exit}");
     }
+    for exit in &report.unexpected_exits {
+        println!("exited unasked: {exit}");
+    }
     report.verdict.assert_clean(seed);
+    assert!(
+        report.unexpected_exits.is_empty(),
+        "seed {seed}: candidates exited unasked"
+    );
     if let Some(kubelet) = &report.kubelet {
         assert!(
             kubelet.wrongly_dead.is_empty(),

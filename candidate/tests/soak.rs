@@ -45,6 +45,11 @@ async fn soak(server: &Server, binary: &std::path::Path, events: usize, kubelet:
         report.unclean_exits
     );
     assert!(
+        report.unexpected_exits.is_empty(),
+        "seed {seed}: candidates exited unasked: {:?}",
+        report.unexpected_exits
+    );
+    assert!(
         report.verdict.terms >= 4,
         "seed {seed}: too few terms to mean anything"
     );

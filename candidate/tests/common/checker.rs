@@ -42,6 +42,12 @@ struct Interval {
 /// One change of leader on a Lease: the next term after the previous one ended.
 #[derive(Debug, Clone)]
 pub struct HandOff {
+    /// The Lease.
+    pub lease: String,
+    /// The previous leader's identity.
+    pub from: String,
+    /// The next leader's identity.
+    pub to: String,
     /// How the previous term ended: `preempted`, `shutdown` (SIGTERM), `lease-lost`, `killed`.
     pub after: String,
     /// From the end of the previous interval to the start of the next: the Lease had no leader.
@@ -273,6 +279,9 @@ impl Checker {
                 }
                 let gap = Duration::from_nanos(next.start.saturating_sub(previous.end));
                 self.verdict.hand_offs.push(HandOff {
+                    lease: next.lease.clone(),
+                    from: previous.identity.clone(),
+                    to: next.identity.clone(),
                     after: previous.ended.clone(),
                     gap,
                     same_identity: previous.identity == next.identity,

@@ -230,11 +230,14 @@ impl Kubelet {
             .await;
     }
 
-    /// Removes the cgroups of `slot`'s instances whose processes are gone (best effort: one
-    /// still in use stays, and is tried again at the next call).
-    pub fn remove_cgroups(&self, slot: &mut PodSlot) {
-        slot.cgroups
-            .retain(|cgroup| std::fs::remove_dir(cgroup).is_err() && cgroup.exists());
+    /// Removes the cgroups of `slot`'s earlier instances, whose processes are gone (best effort:
+    /// one still in use stays, and is tried again at the next call). The current instance's
+    /// stays: its process may not have started yet.
+    pub fn remove_old_cgroups(&self, slot: &mut PodSlot) {
+        let current = slot.container_id.clone();
+        slot.cgroups.retain(|cgroup| {
+            cgroup.ends_with(&current) || (std::fs::remove_dir(cgroup).is_err() && cgroup.exists())
+        });
     }
 
     /// Writes `status` onto `slot`'s Pod (the kubelet's status update; a Pod already deleted is

@@ -306,7 +306,8 @@ pub fn conclave_binary() -> Option<PathBuf> {
 static SCRATCH_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A directory under the system temp dir for kubeconfigs and process logs. Removed on drop,
-/// unless the test is panicking: then it is kept and its path printed, for the logs.
+/// unless the test is panicking or `CONCLAVE_KEEP_SCRATCH` is set: then it is kept and its path
+/// printed, for the logs.
 pub struct ScratchDir(PathBuf);
 
 impl ScratchDir {
@@ -329,7 +330,7 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("CONCLAVE_KEEP_SCRATCH").is_some() {
             eprintln!("test logs kept in {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);

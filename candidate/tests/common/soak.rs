@@ -89,6 +89,9 @@ pub struct Report {
     pub kubelet: Option<KubeletReport>,
     /// Candidates that did not exit cleanly after SIGTERM, with their output file.
     pub unclean_exits: Vec<String>,
+    /// Candidates that exited without being told to (failed to start, or died on their own),
+    /// with their exit status and output file.
+    pub unexpected_exits: Vec<String>,
     /// The checker's verdict.
     pub verdict: Verdict,
 }
@@ -229,6 +232,7 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
             faults: BTreeMap::new(),
             kubelet: kubelet_report,
             unclean_exits: Vec::new(),
+            unexpected_exits: Vec::new(),
             verdict: Verdict::default(),
         },
     };
@@ -265,6 +269,7 @@ impl Soak<'_> {
             let holders = holders(&leases).await;
             self.count_hand_offs(&holders);
             self.reap(false).await;
+            self.notice_unexpected_exits();
             self.event(&holders).await;
             self.report.events += 1;
             if last_progress.elapsed() >= Duration::from_secs(30) {
@@ -366,11 +371,11 @@ impl Soak<'_> {
             _ => {
                 report.pods_deleted += 1;
                 kubelet.delete_pod(&slot).await;
-                kubelet.remove_cgroups(&mut slot);
+                kubelet.remove_old_cgroups(&mut slot);
                 return;
             }
         };
-        kubelet.remove_cgroups(&mut slot);
+        kubelet.remove_old_cgroups(&mut slot);
         let restarted = format!("{pod}-r{}", slot.restarts());
         let candidate = CandidateProcess::spawn_in(
             self.binary,
@@ -523,6 +528,29 @@ impl Soak<'_> {
         }
     }
 
+    /// Takes every candidate that exited without being told to out of its pool, noting it: the
+    /// soak counts on each of them running until the driver ends it.
+    fn notice_unexpected_exits(&mut self) {
+        for pool in &mut self.pools {
+            let mut i = 0;
+            while i < pool.members.len() {
+                let Some(status) = pool.members[i].exited() else {
+                    i += 1;
+                    continue;
+                };
+                let gone = pool.members.swap_remove(i);
+                let output = gone.output().to_owned();
+                self.report.unexpected_exits.push(format!(
+                    "{}: {status}: {}",
+                    gone.identity(),
+                    output.display()
+                ));
+                self.ended
+                    .push((gone.lease().to_owned(), gone.identity().to_owned(), output));
+            }
+        }
+    }
+
     /// Collects candidates that exited after SIGTERM; with `all`, waits for every one.
     async fn reap(&mut self, all: bool) {
         let patience = self.server.patience();
@@ -585,7 +613,7 @@ impl Soak<'_> {
         self.judge_holder_dead_events().await;
         if let Some(kubelet) = &self.kubelet {
             for slot in self.pods.values_mut() {
-                kubelet.remove_cgroups(slot);
+                kubelet.remove_old_cgroups(slot);
             }
         }
         let mut checker = Checker::default();
@@ -759,10 +787,33 @@ impl fmt::Display for Report {
                 v.errors.len().to_string(),
             ),
             (
-                "unclean exits after SIGTERM",
-                self.unclean_exits.len().to_string(),
+                "unclean exits after SIGTERM, exits unasked",
+                format!(
+                    "{}, {}",
+                    self.unclean_exits.len(),
+                    self.unexpected_exits.len()
+                ),
             ),
             ("longest leaderless gap", seconds(longest)),
+            ("the three longest", {
+                let mut sorted: Vec<&HandOff> = v.hand_offs.iter().collect();
+                sorted.sort_by_key(|h| std::cmp::Reverse(h.gap));
+                sorted
+                    .iter()
+                    .take(3)
+                    .map(|h| {
+                        format!(
+                            "{}: {} ({}) -> {} {:.2} s",
+                            h.lease,
+                            h.from,
+                            h.after,
+                            h.to,
+                            h.gap.as_secs_f64()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
             (
                 "hand-off time p50 / p99, graceful",
                 format!("{graceful_gaps}, n = {graceful}"),
