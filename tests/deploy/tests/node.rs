@@ -507,6 +507,24 @@ async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudg
     .expect("the PodDisruptionBudget")
 }
 
+/// The component's leader once its election has settled: the same holder, nobody preferred, at
+/// two looks 3 s apart, with at least 3 candidates.
+async fn settled_component_leader(client: &Client) -> String {
+    wait_for("a settled component leader", ELECTION_TIMEOUT, || async {
+        let settled = |look: &ElectionLook| {
+            look.holder
+                .clone()
+                .filter(|_| look.preferred.is_none() && look.candidates.len() >= 3)
+        };
+        let first = settled(&look_at_election(client).await?);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let second = settled(&look_at_election(client).await?);
+        Ok(if first == second { first } else { None })
+    })
+    .await
+    .expect("a settled component leader")
+}
+
 /// The Pod of the component replica leading as `leader`, and its container's ID as the kubelet
 /// reports it (`containerd://…`).
 async fn leading_container(pods: &Api<Pod>, leader: &str) -> (String, String) {
@@ -528,6 +546,56 @@ async fn leading_container(pods: &Api<Pod>, leader: &str) -> (String, String) {
             is_identity_of(leader, &name).then_some((name, id))
         })
         .unwrap_or_else(|| panic!("no running pod of the leader {leader}"))
+}
+
+/// Prints, for a failed drill, the component's election Events and what each controller
+/// replica logged about its Lease and its Events.
+async fn print_elections(
+    events: &Api<K8sEvent>,
+    kubectl: &Path,
+    kubeconfig: &Path,
+    pods: &Api<Pod>,
+) {
+    if let Ok(listed) = events.list(&ListParams::default()).await {
+        for e in listed.items.iter().filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some("HolderDead" | "Elected" | "Preempted")
+            )
+        }) {
+            eprintln!(
+                "event {:?} {:?} {:?} related {:?} series {:?}",
+                e.event_time.as_ref().map(|t| t.0),
+                e.reason,
+                e.note,
+                e.related.as_ref().and_then(|r| r.name.as_deref()),
+                e.series.as_ref().map(|s| s.count)
+            );
+        }
+    }
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    for replica in replicas(pods).await.unwrap_or_default() {
+        let Ok(out) = run(
+            kubectl,
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "logs",
+                "-n",
+                RELEASE_NAMESPACE,
+                &replica.name,
+            ],
+            None,
+        ) else {
+            continue;
+        };
+        eprintln!("kubectl logs {} ({}):", replica.name, replica.role);
+        for line in out.stdout.lines().filter(|l| {
+            l.contains(&format!("{COMPONENT_NAMESPACE}/{COMPONENT}")) || l.contains("Event")
+        }) {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 /// How many `HolderDead` Events the controller published in the example's namespace.
@@ -1100,12 +1168,9 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // `OOMKilled`, and the controller elects the next leader on that report (a HolderDead Event
     // naming the killed leader); the kubelet restarts the container, which rejoins as a
     // candidate under a new identity.
-    let leader = wait_for("a component leader", ELECTION_TIMEOUT, || async {
-        let look = look_at_election(&client).await?;
-        Ok(look.holder.clone().filter(|_| look.candidates.len() >= 3))
-    })
-    .await
-    .expect("a component leader before the OOM kill");
+    // The stalled leader, once resumed, may take the Lease back (a better candidate): kill the
+    // leader once the election has settled.
+    let leader = settled_component_leader(&client).await;
     let (oom_pod, oom_container) = leading_container(&component_pods, &leader).await;
     let oomed_at = Instant::now();
     node.oom_kill_container(&oom_container)
@@ -1159,8 +1224,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
             }
         },
     )
-    .await
-    .expect("pod liveness fired on the OOM kill");
+    .await;
+    let dead = match dead {
+        Ok(note) => note,
+        Err(error) => {
+            print_elections(&events, &kubectl, plane.kubeconfig_path(), &pods).await;
+            panic!("pod liveness did not fire on the OOM kill of {leader}: {error}");
+        }
+    };
     let rejoined = wait_for(
         "the OOM-killed component back as a candidate",
         READY_TIMEOUT,
