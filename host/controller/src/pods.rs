@@ -11,10 +11,14 @@
 //! another instance of it started after the process did.
 //!
 //! What happens then ([`PodLiveness::check`]):
-//! 1. the first time the evidence is seen, the holder's LeaseCandidate is pinged (unless a ping is
-//!    already outstanding);
-//! 2. if the holder answers a ping sent since, it lives whatever the report says: it keeps its
-//!    Lease, and the rule does not fire for it again on this evidence;
+//! 1. the first time the evidence is seen, the holder's LeaseCandidate is pinged (an answer to a
+//!    ping sent earlier may have been written before the process died and seen only after the
+//!    report, so it does not count);
+//! 2. if the holder answers that ping, or renews its Lease, it lives whatever the report says: it
+//!    keeps its Lease, and the rule does not fire for it again on this evidence. The renewal
+//!    matters when the identity passed to a restarted process (a component that sets a fixed
+//!    identity) whose LeaseCandidate this controller has not seen yet: the report is about the
+//!    previous process, and the new one renews before it leads;
 //! 3. otherwise, [`ANSWER_GRACE`] after the evidence was seen, the holder is declared dead
 //!    ([`conclave_core::lease::LeaseRecord::holder_dead`]): the Lease counts as expired and the
 //!    holder takes no part, so the step elects the next candidate as at expiry (ping it if it is
@@ -86,8 +90,17 @@ struct Reported {
     death: Death,
     /// When this controller first saw the report.
     seen_at: Timestamp,
-    /// Pings sent at or after this time count as asked since the report.
+    /// Pings sent at or after this time count as asked since the report: the ping sent when
+    /// it was seen. An answer to an earlier ping may have been written before the process died
+    /// and only seen after the report.
     asked_since: Timestamp,
+    /// The holder's `renewTime` on the Lease as this controller had it when it saw the report:
+    /// a renewal since (another `renewTime`) proves a live process, as an answer does. The
+    /// holder's identity may have passed to a restarted process that this controller's cache of
+    /// LeaseCandidates does not show yet; a process leads only after renewing the Lease, and the
+    /// write that would elect the next candidate carries the resourceVersion read, so either the
+    /// renewal is seen here or the renewal fails.
+    renewal_at_report: Option<Timestamp>,
     /// Whether the holder answered since (it lives: the report is not acted on).
     answered: bool,
     /// Whether the `HolderDead` Event was published.
@@ -107,8 +120,6 @@ pub enum Verdict {
         death: Death,
         /// When to look again (the end of [`ANSWER_GRACE`]).
         recheck_at: Timestamp,
-        /// Whether its LeaseCandidate needs the ping (none outstanding).
-        ping: bool,
     },
     /// Reported dead, the grace not over yet: look again then.
     Waiting {
@@ -325,7 +336,8 @@ impl PodLiveness {
             self.forget(key);
             return Verdict::Alive;
         };
-        self.reports.judge(key, holder, death, &candidate, now)
+        self.reports
+            .judge(key, holder, death, &candidate, lease.renew_time, now)
     }
 
     /// Forgets what was reported about the holder of `key` (it changed, or the report went
@@ -336,19 +348,18 @@ impl PodLiveness {
 }
 
 impl Reports {
-    /// The verdict on `holder`, reported dead by `death`, given its LeaseCandidate as cached.
+    /// The verdict on `holder`, reported dead by `death`, given its LeaseCandidate as cached and
+    /// its Lease's `renewTime` as read (`renewed`).
     fn judge(
         &self,
         key: &LeaseKey,
         holder: &str,
         death: Death,
         candidate: &LeaseCandidate,
+        renewed: Option<Timestamp>,
         now: Timestamp,
     ) -> Verdict {
         let view = candidate_view(candidate);
-        let outstanding = view
-            .ping_time
-            .filter(|ping| view.renew_time.is_none_or(|renew| renew < *ping));
         let mut reports = super::lock(&self.0);
         // The first report about this holder stands (a later one, say its Pod deleted after its
         // container terminated, does not restart the grace).
@@ -361,7 +372,8 @@ impl Reports {
                     holder: holder.to_owned(),
                     death,
                     seen_at: now,
-                    asked_since: outstanding.map_or(now, |ping| ping.min(now)),
+                    asked_since: now,
+                    renewal_at_report: renewed,
                     answered: false,
                     declared: false,
                 },
@@ -370,10 +382,10 @@ impl Reports {
                 holder: holder.to_owned(),
                 death,
                 recheck_at,
-                ping: outstanding.is_none(),
             };
         };
         let answered = reported.answered
+            || renewed != reported.renewal_at_report
             || view
                 .ping_time
                 .zip(view.renew_time)
@@ -381,7 +393,7 @@ impl Reports {
         if answered {
             if !reported.answered {
                 let death = reported.death;
-                tracing::warn!(%holder, death = death.label(), "the holder answered its ping although {}; it keeps its Lease", death.describe());
+                tracing::warn!(%holder, death = death.label(), "the holder answered its ping or renewed its Lease although {}; it keeps its Lease", death.describe());
                 if let Some(r) = reports.get_mut(key) {
                     r.answered = true;
                 }
@@ -511,23 +523,30 @@ mod tests {
     fn a_reported_holder_is_pinged_then_declared_dead_unless_it_answers() {
         let key = LeaseKey::new("ns", "a");
         let at = Timestamp::from_secs;
+        let renewed = Some(at(99));
         let reports = Reports::default();
         let death = Death::ContainerTerminated;
         let silent = pinged(None, 10);
-        let verdict = reports.judge(&key, "h", death, &silent, at(100));
+        let verdict = reports.judge(&key, "h", death, &silent, renewed, at(100));
         assert_eq!(
             verdict,
             Verdict::Reported {
                 holder: "h".into(),
                 death,
                 recheck_at: at(100) + ANSWER_GRACE,
-                ping: true,
             }
         );
         // The ping went out at 100; no answer yet, within the grace.
         let asked = pinged(Some(100), 10);
         assert_eq!(
-            reports.judge(&key, "h", death, &asked, at(100) + ANSWER_GRACE / 2),
+            reports.judge(
+                &key,
+                "h",
+                death,
+                &asked,
+                renewed,
+                at(100) + ANSWER_GRACE / 2
+            ),
             Verdict::Waiting {
                 recheck_at: at(100) + ANSWER_GRACE
             }
@@ -540,32 +559,88 @@ mod tests {
             first,
         };
         assert_eq!(
-            reports.judge(&key, "h", Death::PodGone, &asked, after),
+            reports.judge(&key, "h", Death::PodGone, &asked, renewed, after),
             dead(true)
         );
-        assert_eq!(reports.judge(&key, "h", death, &asked, after), dead(false));
+        assert_eq!(
+            reports.judge(&key, "h", death, &asked, renewed, after),
+            dead(false)
+        );
 
         // Another holder, which answers the ping sent on its report: alive, for good.
         let other = LeaseKey::new("ns", "b");
         assert!(matches!(
-            reports.judge(&other, "h", death, &pinged(Some(90), 50), at(200)),
-            Verdict::Reported { ping: false, .. }
+            reports.judge(&other, "h", death, &pinged(None, 50), renewed, at(200)),
+            Verdict::Reported { .. }
         ));
-        let answered = pinged(Some(90), 200);
+        let answered = pinged(Some(200), 200);
         assert_eq!(
-            reports.judge(&other, "h", death, &answered, at(201)),
+            reports.judge(&other, "h", death, &answered, renewed, at(201)),
             Verdict::Alive
         );
         assert_eq!(
-            reports.judge(&other, "h", death, &pinged(Some(90), 50), at(300)),
+            reports.judge(&other, "h", death, &pinged(Some(90), 50), renewed, at(300)),
             Verdict::Alive,
             "an answer is not forgotten while the report stands"
         );
-        reports.forget(&other);
+    }
+
+    /// The model's finding A: an answer to a ping sent before the report (written before the
+    /// process died, seen after the report) does not count; only the ping sent on the report.
+    #[test]
+    fn an_answer_to_a_ping_from_before_the_report_does_not_keep_a_dead_holder() {
+        let key = LeaseKey::new("ns", "a");
+        let at = Timestamp::from_secs;
+        let renewed = Some(at(95));
+        let reports = Reports::default();
+        let death = Death::ContainerTerminated;
+        // Probed at 90, still unanswered in the cache when the report is seen at 100.
         assert!(matches!(
-            reports.judge(&other, "h", death, &pinged(None, 50), at(400)),
-            Verdict::Reported { ping: true, .. }
+            reports.judge(&key, "h", death, &pinged(Some(90), 50), renewed, at(100)),
+            Verdict::Reported { .. }
         ));
+        // The answer to the probe (renewTime 91) arrives; the ping sent on the report (100)
+        // stays unanswered.
+        let stale_answer = pinged(Some(90), 91);
+        assert!(matches!(
+            reports.judge(
+                &key,
+                "h",
+                death,
+                &stale_answer,
+                renewed,
+                at(100) + ANSWER_GRACE
+            ),
+            Verdict::Dead { first: true, .. }
+        ));
+    }
+
+    /// The model's finding B: the identity passed to a restarted process (a fixed identity)
+    /// whose LeaseCandidate this controller has not seen; the report is about the previous
+    /// process. The new one renews the Lease before it leads, which keeps it.
+    #[test]
+    fn a_renewal_of_the_lease_since_the_report_keeps_the_holder() {
+        let key = LeaseKey::new("ns", "a");
+        let at = Timestamp::from_secs;
+        let reports = Reports::default();
+        let death = Death::ContainerTerminated;
+        let cached = pinged(None, 50);
+        assert!(matches!(
+            reports.judge(&key, "h", death, &cached, Some(at(95)), at(100)),
+            Verdict::Reported { .. }
+        ));
+        // Unanswered in the cache, but the Lease was renewed since: alive.
+        assert_eq!(
+            reports.judge(
+                &key,
+                "h",
+                death,
+                &cached,
+                Some(at(101)),
+                at(100) + ANSWER_GRACE
+            ),
+            Verdict::Alive
+        );
     }
 
     #[test]

@@ -164,13 +164,11 @@ async fn pod_liveness(
             holder,
             death,
             recheck_at,
-            ping,
         } => {
             tracing::info!(%holder, death = death.label(), "{}; pinging the holder before electing the next candidate", death.describe());
-            if ping
-                && let Some(object) = ctx
-                    .caches
-                    .candidate(&CandidateKey::new(&key.namespace, &holder))
+            if let Some(object) = ctx
+                .caches
+                .candidate(&CandidateKey::new(&key.namespace, &holder))
                 && ctx
                     .writer
                     .ping_all(&[object], now, Duration::ZERO, None)

@@ -145,6 +145,16 @@ impl Scenario {
             r.lease_duration_seconds == Some(duration) && r.holder() == Some(holder.as_str())
         })
         .await;
+        // The Lease above may carry the duration the controller wrote (the short scenarios'):
+        // wait for the renewer's own write too, which kill_holder reports.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while last_renewal.lock().unwrap().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the holder never renewed its Lease"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Self {
             client,
             lease,
