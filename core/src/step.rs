@@ -708,6 +708,39 @@ mod tests {
         }
     }
 
+    /// Issue 31: a settled step holds until the clock alone changes who is put before the
+    /// strategy: a candidate's garbage-collection age, a ping's window, a sit-out's end.
+    #[test]
+    fn settled_until_is_when_the_clock_alone_changes_the_pool() {
+        let held = lease(Some("a"), NOW - 1, None);
+        let until = |lease: &LeaseRecord, candidates: &[CandidateView]| {
+            settled_until(&input(Some(lease), candidates, Mode::All, false))
+        };
+        let quiet = [fresh("a"), cand("b", OEV, Some(NOW - 100), None)];
+        assert_eq!(
+            until(&held, &quiet),
+            Some(at(NOW - 100 + 1800)),
+            "b stops taking part"
+        );
+        let pinged = [fresh("a"), cand("b", OEV, Some(NOW - 100), Some(NOW - 2))];
+        assert_eq!(
+            until(&held, &pinged),
+            Some(at(NOW + 3)),
+            "b's window closes"
+        );
+        let mut sitting = held.clone();
+        sitting.sitting_out = vec![crate::lease::SitOut {
+            candidate: "b".into(),
+            until: at(NOW + 30),
+        }];
+        assert_eq!(until(&sitting, &quiet), Some(at(NOW + 30)), "b is back");
+        assert_eq!(
+            until(&held, &[cand("a", OEV, None, None)]),
+            None,
+            "nothing the clock changes"
+        );
+    }
+
     #[test]
     fn the_first_election_of_a_missing_lease_waits_for_its_batch_of_candidates() {
         let candidates = [fresh("a"), fresh("b")];
