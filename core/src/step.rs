@@ -289,6 +289,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether the Lease is settled: it already is as the winner needs it and its holder needs no
+    /// probe, so the step wrote, pinged and recorded nothing, and only its timer matters. Until
+    /// [`settled_until`], a renewal of the same holder that changes nothing else of the Lease
+    /// would be decided the same way by a strategy whose answer does not depend on the request's
+    /// `now`.
+    #[must_use]
+    pub const fn settles(&self) -> bool {
+        matches!(self, Self::Unchanged { probe: None, .. })
+    }
+
     /// Whether the election goes on in a later step of the same Lease (pings outstanding), as
     /// opposed to being over (written, or nothing to write).
     #[must_use]
@@ -420,6 +430,41 @@ pub fn settles_at(
     }
     let arrivals = arrivals?;
     Some((arrivals.last + settle.gap).min(arrivals.first + settle.max))
+}
+
+/// Until when a step that found the Lease settled ([`Outcome::settles`]) would find it so again
+/// if nothing but its holder's renewals and the clock moved: the earliest moment after `now` at
+/// which the clock alone changes who [`plan_step`] puts before the strategy. That is when a
+/// candidate stops taking part for not renewing ([`candidate_expires_at`]), when the window of a
+/// ping closes (a candidate fresh from an earlier renewal, or pending, then counts as
+/// unresponsive, [`crate::plan::liveness`]) and when a candidate's sit-out ends ([`LeaseRecord::sitting_out`]). `None`: no
+/// such moment, the clock alone changes nothing.
+///
+/// A renewal of the same holder before then, that changes nothing else of the Lease, changes
+/// nothing a decision reads but the renewal time, which only pushes the Lease's expiry and its
+/// holder's overdue time later ([`recheck_at`]): the controller skips the step it would run for
+/// it, and only re-arms the Lease's timer (issue 31).
+#[must_use]
+pub fn settled_until(input: &StepInput<'_>) -> Option<Timestamp> {
+    let now = input.now;
+    let window = input.config.ack_window;
+    // A ping's window closes at the same time whether the candidate is still fresh from an
+    // earlier renewal or already waiting for its answer: fresh, then pending, then unresponsive.
+    let candidates = input.candidates.iter().flat_map(|c| {
+        [
+            crate::plan::candidate_expires_at(c, input.config.candidate_gc_after),
+            c.ping_time.map(|ping| ping + window),
+        ]
+    });
+    let sit_outs = input
+        .lease
+        .into_iter()
+        .flat_map(|lease| lease.sitting_out.iter().map(|s| Some(s.until)));
+    candidates
+        .chain(sit_outs)
+        .flatten()
+        .filter(|at| *at >= now)
+        .min()
 }
 
 /// How long a pre-empted holder may take to stop its work before it releases the Lease: the
@@ -661,6 +706,39 @@ mod tests {
             arrivals: None,
             deleted_while_held_until: None,
         }
+    }
+
+    /// Issue 31: a settled step holds until the clock alone changes who is put before the
+    /// strategy: a candidate's garbage-collection age, a ping's window, a sit-out's end.
+    #[test]
+    fn settled_until_is_when_the_clock_alone_changes_the_pool() {
+        let held = lease(Some("a"), NOW - 1, None);
+        let until = |lease: &LeaseRecord, candidates: &[CandidateView]| {
+            settled_until(&input(Some(lease), candidates, Mode::All, false))
+        };
+        let quiet = [fresh("a"), cand("b", OEV, Some(NOW - 100), None)];
+        assert_eq!(
+            until(&held, &quiet),
+            Some(at(NOW - 100 + 1800)),
+            "b stops taking part"
+        );
+        let pinged = [fresh("a"), cand("b", OEV, Some(NOW - 100), Some(NOW - 2))];
+        assert_eq!(
+            until(&held, &pinged),
+            Some(at(NOW + 3)),
+            "b's window closes"
+        );
+        let mut sitting = held.clone();
+        sitting.sitting_out = vec![crate::lease::SitOut {
+            candidate: "b".into(),
+            until: at(NOW + 30),
+        }];
+        assert_eq!(until(&sitting, &quiet), Some(at(NOW + 30)), "b is back");
+        assert_eq!(
+            until(&held, &[cand("a", OEV, None, None)]),
+            None,
+            "nothing the clock changes"
+        );
     }
 
     #[test]

@@ -120,6 +120,16 @@ impl Caches {
         self.renewals.annotate(key, record, now);
     }
 
+    /// A step of `key` found its Lease settled until `until` (see [`index::Renewals::settle`]).
+    pub fn settle(&self, key: &LeaseKey, until: Option<Timestamp>) {
+        self.renewals.settle(key, until);
+    }
+
+    /// A step of `key` begins, or found its Lease unsettled (see [`index::Renewals::unsettle`]).
+    pub fn unsettle(&self, key: &LeaseKey) {
+        self.renewals.unsettle(key);
+    }
+
     /// Records that a step held back a pre-emption of `key`'s holder at `now` (see
     /// [`index::Renewals::preemption_held_back`]).
     pub fn preemption_held_back(&self, key: &LeaseKey, now: Timestamp) {

@@ -85,6 +85,16 @@ pub trait Decide: Send + Sync + 'static {
     /// Whether `strategy` can be decided at all (a plugin implements it).
     fn has_strategy(&self, strategy: &str) -> bool;
 
+    /// Whether the answer for `strategy` may depend on the request's `now` (beyond what the rest
+    /// of the request says): then a step asks again at every renewal of the Lease's holder, as
+    /// the clock moved. `false` lets a renewal that changes nothing else skip the step (issue 31;
+    /// [`crate::index::Watched::Renewal`]). The contract (`conclave:strategy@0.3.0` and earlier)
+    /// has no way for a plugin to say so, so the default is `true`.
+    fn reads_clock(&self, strategy: &str) -> bool {
+        let _ = strategy;
+        true
+    }
+
     /// The elected candidate (one of `request.candidates`), or `None` if nobody should lead.
     fn elect(
         &self,
@@ -105,6 +115,17 @@ impl From<CallError> for DecideError {
 impl Decide for Engine {
     fn has_strategy(&self, strategy: &str) -> bool {
         Engine::has_strategy(self, strategy)
+    }
+
+    /// `false` only for the built-in plugin (`OldestEmulationVersion`): it ships with the host
+    /// and reads versions, creation times and names, never `now` nor a renewal or ping time. A
+    /// loaded plugin may compare candidate times with `now` (the contract invites it), and
+    /// cannot declare that it does not.
+    fn reads_clock(&self, strategy: &str) -> bool {
+        !self.strategies().iter().any(|s| {
+            s.name == strategy
+                && matches!(s.plugin.source, conclave_engine::PluginSource::Builtin(_))
+        })
     }
 
     fn elect(

@@ -11,6 +11,9 @@
 //! - a Lease event ends read-your-writes for that Lease ([`OwnWrites::observed`]), a relist for
 //!   every Lease; a watched renewal is timed by the controller's clock ([`Renewals`]) before its
 //!   key is enqueued;
+//! - a renewal that decides nothing ([`Watched::Renewal`]: the same holder renewed a Lease whose
+//!   last step found it settled, and nothing else changed) enqueues nothing: it only re-arms the
+//!   Lease's timer, as the step it would trigger would (issue 31);
 //! - a candidate event updates the index before its key is enqueued, so the step it triggers finds
 //!   the candidate; a renewal answering a recorded ping counts an ack ([`Pings::observe`]);
 //! - a candidate with a ping outstanding enqueues nothing: its ack will.
@@ -19,7 +22,7 @@ use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
-use conclave_core::k8s::{now, timestamp};
+use conclave_core::k8s::{lease_record, now, timestamp};
 use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;
 use futures::{Stream, StreamExt};
@@ -50,9 +53,14 @@ pub async fn leases<S>(
         match event {
             Ok(watcher::Event::Apply(lease)) => {
                 if let Some(key) = LeaseKey::of_lease(&lease) {
-                    renewals.watched(&key, &lease, now());
+                    let watched = renewals.watched(&key, &lease, now());
                     own_writes.observed(&key);
-                    queue.add(key);
+                    match watched {
+                        Watched::Elect => queue.add(key),
+                        Watched::Renewal { recheck_at } => {
+                            queue.renewed(key, recheck_at.map(super::instant_at));
+                        }
+                    }
                 }
             }
             Ok(watcher::Event::Delete(lease)) => {
@@ -101,6 +109,9 @@ pub struct Renewals(Mutex<RenewalsState>);
 #[derive(Debug, Default)]
 struct RenewalsState {
     current: HashMap<LeaseKey, Renewal>,
+    /// Leases whose last step found them settled (`conclave_core::step::Outcome::settles`), until
+    /// when (`None`: until an event), by `conclave_core::step::settled_until`.
+    settled: HashMap<LeaseKey, Option<Timestamp>>,
     deleted_while_held: HashMap<LeaseKey, Timestamp>,
     /// Lease -> candidate -> (times in a row it never renewed, until when it sits out).
     sitting_out: HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
@@ -130,6 +141,26 @@ struct Renewal {
     released_for: Option<String>,
     preemption_held_since: Option<Timestamp>,
     duration: Option<Duration>,
+    /// Everything of the Lease a step reads but the renewal (`renewTime`, `resourceVersion`):
+    /// whether an event is a renewal and nothing else.
+    decided_by: LeaseRecord,
+}
+
+/// What a watched Lease event means for the Lease's election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// It may change the outcome: run a step.
+    Elect,
+    /// A renewal that decides nothing: the same holder renewed, before its Lease expired, and
+    /// nothing else a step reads changed, while the Lease's last step found it settled and the
+    /// clock has changed nothing it read since (`conclave_core::step::settled_until`). The step
+    /// it would trigger would find the Lease as it is and write, ping and record nothing; it would
+    /// only look again at `recheck_at` (`conclave_core::plan::recheck_at`: the holder overdue,
+    /// then the expiry, both moved later by the renewal).
+    Renewal {
+        /// When to look at the Lease again, instead of any time set before.
+        recheck_at: Option<Timestamp>,
+    },
 }
 
 impl Renewal {
@@ -178,11 +209,15 @@ impl Renewals {
     /// clears the holder records who held the Lease before it, unless a `preferredHolder` had
     /// asked that holder to step down (a pre-empted instance stays a follower, KEP-5366, and the
     /// one it made way for is elected anyway).
-    pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
+    ///
+    /// Returns whether the event may change the election's outcome ([`Watched`]).
+    pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) -> Watched {
         let (holder, renew_time) = Self::renewal_of(lease);
         let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
+        let decided_by = Self::decided_by(lease);
         let mut state = lock(&self.0);
         state.deleted_while_held.remove(key);
+        let settled = state.settled.remove(key);
         let renewals = &mut state.current;
         if let Some(same) = renewals
             .get_mut(key)
@@ -190,9 +225,16 @@ impl Renewals {
         {
             same.saw_preferred(preferred);
             same.duration = Self::duration_of(lease);
-            return;
+            same.decided_by = decided_by;
+            return Watched::Elect;
         }
         let previous = renewals.get(key);
+        let renewal_only = previous.is_some_and(|p| {
+            named(p.holder.as_deref()).is_some()
+                && p.holder == holder
+                && p.decided_by == decided_by
+                && p.duration.is_some_and(|d| p.seen_at + d > now)
+        });
         let (released_by, released_for) = match named(holder.as_deref()) {
             Some(_) => (None, None),
             None => previous.map_or((None, None), Renewal::release),
@@ -217,9 +259,41 @@ impl Renewals {
             released_for,
             preemption_held_since,
             duration: Self::duration_of(lease),
+            decided_by,
         };
         renewal.saw_preferred(preferred);
         renewals.insert(key.clone(), renewal);
+        let settled = settled.filter(|until| until.is_none_or(|until| now < until));
+        if !renewal_only || settled.is_none() {
+            return Watched::Elect;
+        }
+        state.settled.insert(key.clone(), settled.flatten());
+        let mut record = lease_record(lease);
+        Self::annotate_locked(&state, key, &mut record, now);
+        Watched::Renewal {
+            recheck_at: conclave_core::plan::recheck_at(Some(&record), now),
+        }
+    }
+
+    /// The step of `key`'s Lease at hand found it settled until `until` (`None`: until an event):
+    /// its holder's renewals before then decide nothing ([`Watched::Renewal`]).
+    pub fn settle(&self, key: &LeaseKey, until: Option<Timestamp>) {
+        lock(&self.0).settled.insert(key.clone(), until);
+    }
+
+    /// A step of `key`'s Lease begins, or found it unsettled: its holder's renewals trigger steps
+    /// again.
+    pub fn unsettle(&self, key: &LeaseKey) {
+        lock(&self.0).settled.remove(key);
+    }
+
+    /// Everything of `lease` a step reads but its renewal.
+    fn decided_by(lease: &Lease) -> LeaseRecord {
+        LeaseRecord {
+            resource_version: String::new(),
+            renew_time: None,
+            ..lease_record(lease)
+        }
     }
 
     /// A relist at `now` delivered `lease`: a renewal already watched keeps its time and
@@ -231,12 +305,15 @@ impl Renewals {
     pub fn listed(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
         let (holder, renew_time) = Self::renewal_of(lease);
         let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
+        let decided_by = Self::decided_by(lease);
         let mut state = lock(&self.0);
         state.deleted_while_held.remove(key);
+        state.settled.remove(key);
         match state.current.get_mut(key) {
             Some(renewal) if renewal.is(holder.as_deref(), renew_time) => {
                 renewal.saw_preferred(preferred);
                 renewal.duration = Self::duration_of(lease);
+                renewal.decided_by = decided_by;
             }
             _ => {
                 let mut renewal = Renewal {
@@ -251,6 +328,7 @@ impl Renewals {
                     released_for: None,
                     preemption_held_since: None,
                     duration: Self::duration_of(lease),
+                    decided_by,
                 };
                 renewal.saw_preferred(preferred);
                 state.current.insert(key.clone(), renewal);
@@ -265,6 +343,7 @@ impl Renewals {
         let (holder, renew_time) = Self::renewal_of(lease);
         let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
+        state.settled.remove(key);
         let renewal = state.current.remove(key);
         let (Some(_), Some(duration)) = (named(holder.as_deref()), duration) else {
             state.deleted_while_held.remove(key);
@@ -314,6 +393,7 @@ impl Renewals {
     /// else while its holder may still lead.
     pub fn relisted(&self, listed: &HashSet<LeaseKey>, now: Timestamp) {
         let mut state = lock(&self.0);
+        state.settled.clear();
         let gone: Vec<LeaseKey> = state
             .current
             .keys()
@@ -355,7 +435,15 @@ impl Renewals {
     /// a write conflict) was first seen `now`: its renewal counts from then, never from the
     /// holder's `renewTime` alone, and nothing else is known of it.
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord, now: Timestamp) {
-        let state = lock(&self.0);
+        Self::annotate_locked(&lock(&self.0), key, record, now);
+    }
+
+    fn annotate_locked(
+        state: &RenewalsState,
+        key: &LeaseKey,
+        record: &mut LeaseRecord,
+        now: Timestamp,
+    ) {
         record.sitting_out = state
             .sitting_out
             .get(key)
@@ -999,6 +1087,85 @@ mod tests {
         assert_eq!(
             renewals.held_after_deletion(&key("ns", "c"), Timestamp::from_secs(52)),
             None
+        );
+    }
+
+    /// Issue 31: which Lease events decide nothing. Only a renewal of the same holder, before its
+    /// Lease expired, that changes nothing else of the Lease, while its last step found it
+    /// settled and the clock changed nothing since; it re-arms the timer at the new overdue time.
+    #[test]
+    fn only_a_renewal_of_a_settled_lease_decides_nothing() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let t = Timestamp::from_secs;
+        let held = |version: &str, holder: &str, renew: i64| {
+            let mut lease = renewed(lease("ns", "a", version), holder, renew);
+            lease.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
+            lease
+        };
+        assert_eq!(
+            renewals.watched(&k, &held("1", "x", 50), t(50)),
+            Watched::Elect
+        );
+        assert_eq!(
+            renewals.watched(&k, &held("2", "x", 52), t(52)),
+            Watched::Elect,
+            "not settled"
+        );
+        renewals.settle(&k, Some(t(70)));
+        assert_eq!(
+            renewals.watched(&k, &held("3", "x", 54), t(54)),
+            Watched::Renewal {
+                recheck_at: Some(t(59))
+            },
+            "the holder is overdue 5 s after its renewal"
+        );
+        assert_eq!(
+            renewals.watched(&k, &held("4", "x", 56), t(56)),
+            Watched::Renewal {
+                recheck_at: Some(t(61))
+            },
+            "still settled"
+        );
+        let mut preempted = held("5", "x", 56);
+        preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
+        assert_eq!(renewals.watched(&k, &preempted, t(57)), Watched::Elect);
+        renewals.settle(&k, Some(t(70)));
+        let mut renewed_preempted = held("6", "x", 58);
+        renewed_preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
+        assert!(matches!(
+            renewals.watched(&k, &renewed_preempted, t(58)),
+            Watched::Renewal { .. }
+        ));
+        assert_eq!(
+            renewals.watched(&k, &held("7", "x", 59), t(59)),
+            Watched::Elect,
+            "preferredHolder cleared"
+        );
+        renewals.settle(&k, Some(t(70)));
+        assert_eq!(
+            renewals.watched(&k, &held("8", "y", 60), t(60)),
+            Watched::Elect,
+            "another holder"
+        );
+        renewals.settle(&k, Some(t(90)));
+        assert_eq!(
+            renewals.watched(&k, &held("9", "y", 75), t(75)),
+            Watched::Elect,
+            "renewed after its Lease expired (60 + 10)"
+        );
+        renewals.settle(&k, Some(t(80)));
+        assert_eq!(
+            renewals.watched(&k, &held("10", "y", 80), t(80)),
+            Watched::Elect,
+            "the clock changed what the last step read"
+        );
+        renewals.settle(&k, None);
+        renewals.unsettle(&k);
+        assert_eq!(
+            renewals.watched(&k, &held("11", "y", 82), t(82)),
+            Watched::Elect,
+            "a step began since"
         );
     }
 

@@ -128,6 +128,35 @@ impl WorkQueue {
         self.notify.notify_one();
     }
 
+    /// A renewal of `key`'s Lease that decides nothing arrived (`index::Watched::Renewal`): the
+    /// step it would trigger would only look again at `at` (`None`: wait for an event). So the
+    /// key's delay becomes `at`, as an [`add`](Self::add) followed by that step's
+    /// [`add_at`](Self::add_at) would leave it, without the step. A key queued or held by a worker
+    /// is added as usual: a step runs anyway, and reads the renewal.
+    pub fn renewed(&self, key: Key, at: Option<Instant>) {
+        {
+            let mut st = self.lock();
+            if st.shutdown {
+                return;
+            }
+            let busy = st.active.contains(&key) || st.queued.contains(&key);
+            if !busy && at.is_none_or(|at| at > Instant::now()) {
+                if let Some(existing) = st.deadline_of.remove(&key) {
+                    st.delayed.remove(&(existing, key.clone()));
+                }
+                if let Some(at) = at {
+                    st.deadline_of.insert(key.clone(), at);
+                    st.delayed.insert((at, key));
+                }
+                drop(st);
+                // Wake a worker so it re-computes the earliest deadline it sleeps until.
+                self.notify.notify_one();
+                return;
+            }
+        }
+        self.add(key);
+    }
+
     /// Waits for the next key; `None` once the queue is shut down.
     pub async fn next(&self) -> Option<Item> {
         loop {
@@ -300,6 +329,36 @@ mod tests {
         let waited = Instant::now() - now;
         assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(7));
         q.done(item);
+        assert!(q.is_empty());
+    }
+
+    /// Issue 31: a renewal that decides nothing moves the key's delay to the step's own recheck,
+    /// later or earlier, as an add and that step would; a key queued or held is added as usual.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_decides_nothing_re_arms_the_delay_without_a_step() {
+        let q = WorkQueue::default();
+        let now = Instant::now();
+        q.add_at(key("a"), now + Duration::from_secs(5));
+        q.renewed(key("a"), Some(now + Duration::from_secs(9)));
+        assert_eq!(q.len(), 1);
+        let item = q.next().await.expect("a");
+        let waited = Instant::now() - now;
+        assert!(
+            waited >= Duration::from_secs(9),
+            "re-armed later: {waited:?}"
+        );
+        // Held by a worker: the renewal is added, and handed out again once done.
+        q.renewed(key("a"), Some(Instant::now() + Duration::from_secs(9)));
+        q.done(item);
+        let again = q.next().await.expect("a again");
+        assert!(
+            Instant::now() - now < Duration::from_secs(10),
+            "not delayed"
+        );
+        q.done(again);
+        // No recheck: no delay left.
+        q.add_at(key("b"), Instant::now() + Duration::from_secs(5));
+        q.renewed(key("b"), None);
         assert!(q.is_empty());
     }
 

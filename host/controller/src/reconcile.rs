@@ -13,7 +13,9 @@ use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candi
 use conclave_core::lease::{LeaseRecord, Release};
 use conclave_core::plan::{self, LeaseWrite, WriteKind};
 use conclave_core::request::CandidateView;
-use conclave_core::step::{Election, Outcome, Plan, SkipReason, StepInput, plan_step};
+use conclave_core::step::{
+    Election, Outcome, Plan, SkipReason, StepInput, plan_step, settled_until,
+};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::sync::Arc;
@@ -119,6 +121,8 @@ async fn step(
     lease_obj: Option<&Lease>,
 ) -> Result<(Next, Progress), StepError> {
     let now = now();
+    // Renewals trigger steps again until this one finds the Lease settled.
+    ctx.caches.unsettle(key);
     let mut lease = lease_obj.map(|lease| {
         let mut record = lease_record(lease);
         ctx.caches.annotate(key, &mut record, now);
@@ -130,9 +134,12 @@ async fn step(
         }
         _ => None,
     };
-    elect(ctx, key, lease_obj, lease, now)
-        .await
-        .map(|(next, progress)| (next.or_at(pod_recheck), progress))
+    let stepped = elect(ctx, key, lease_obj, lease, now).await;
+    if pod_recheck.is_some() {
+        // The holder's Pod is reported dead: its renewals are news.
+        ctx.caches.unsettle(key);
+    }
+    stepped.map(|(next, progress)| (next.or_at(pod_recheck), progress))
 }
 
 /// Whether this controller elects the holder of `record`'s next term: its strategy is one
@@ -222,10 +229,10 @@ async fn elect(
     now: Timestamp,
 ) -> Result<(Next, Progress), StepError> {
     let candidates = valid_candidates(ctx, key, lease.as_ref().and_then(LeaseRecord::holder));
-    let plan = {
+    let (plan, settled_until) = {
         let decider = &ctx.decider;
         let has_strategy = |strategy: &str| decider.has_strategy(strategy);
-        plan_step(&StepInput {
+        let input = StepInput {
             namespace: &key.namespace,
             name: &key.name,
             lease: lease.as_ref(),
@@ -236,7 +243,8 @@ async fn elect(
             has_strategy: &has_strategy,
             arrivals: ctx.caches.arrivals(key),
             deleted_while_held_until: ctx.caches.held_after_deletion(key, now),
-        })
+        };
+        (plan_step(&input), settled_until(&input))
     };
     let election = match plan {
         Plan::Skip(skip) => {
@@ -270,7 +278,11 @@ async fn elect(
             return Err(StepError::Retry);
         }
     };
-    match election.apply_answer(answer.as_deref()) {
+    let outcome = election.apply_answer(answer.as_deref());
+    if outcome.settles() && !ctx.decider.reads_clock(&strategy) {
+        ctx.caches.settle(key, settled_until);
+    }
+    match outcome {
         Outcome::NoWinner { recheck_at } => {
             ctx.metrics.election(&strategy, ElectionOutcome::NoWinner);
             tracing::info!(%strategy, "the strategy elected nobody");
