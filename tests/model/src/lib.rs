@@ -12,6 +12,9 @@
 //!   LeaseCandidate, answer pings, lead while holder, renew the Lease, stop at the renew deadline,
 //!   step down on a `preferredHolder` naming someone else (stop the work, then release the Lease),
 //!   stay a follower; crash and restart;
+//! - pod liveness, when enabled: a kubelet that reports a crashed candidate's container
+//!   terminated (late or never), and the controller's rule that pings a holder reported dead and,
+//!   unanswered after the answer grace, marks it dead so that the step elects the next candidate;
 //! - discrete time in seconds, with the timing assumptions stated as code in [`timing::Timing`].
 //!
 //! The properties are named checks in [`model::properties`]; `tests/model_check.rs` runs a bounded

@@ -4,8 +4,9 @@
 use crate::strategy::{oldest_emulation_version, rank};
 use crate::timing::{Bounds, Timing};
 use crate::world::{
-    Candidate, Controller, Id, LEASE, NAMESPACE, Phase, Renewal, Server, State, StoredCandidate,
-    StoredLease, Time, Violations, announced, id_of, identity, stamped_by_holder, timestamp,
+    Candidate, Controller, Id, LEASE, NAMESPACE, Phase, PodStatus, Renewal, Reported, Server,
+    State, StoredCandidate, StoredLease, Time, Violations, announced, id_of, identity,
+    process_dead, stamped_by_holder, timestamp,
 };
 use conclave_core::lease::{LeaseRecord, Release, SitOut};
 use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since, never_renewed_backoff};
@@ -20,6 +21,14 @@ const CONFLICT_ATTEMPTS: usize = 3;
 
 /// How long candidates not renewed take part in elections (seconds): longer than any run.
 const CANDIDATE_GC_AFTER: u64 = 3_600;
+
+/// `pods.rs` `ANSWER_GRACE` (500 ms) in whole seconds, rounded up: a holder reported dead is
+/// declared dead at a step in a later second than the one the report was first seen in. Any
+/// actor may act any number of times within a second, so a holder that answers at once (within
+/// the second of the ping, as a live `conclave-candidate` does in milliseconds) always beats
+/// it, and one that is slow (during faults, by any number of seconds) may miss it, as it may
+/// miss 500 ms: rounding down to no grace at all would leave a prompt holder no time to answer.
+pub const ANSWER_GRACE: Time = 1;
 
 /// The model: its timing, its bounds, and the time by which liveness must hold.
 #[derive(Debug, Clone)]
@@ -65,6 +74,12 @@ pub enum Action {
     /// API server, an admission policy, a stuck renewal); its reads and its LeaseCandidate
     /// writes go through, so it still answers pings.
     CutOff(Id),
+    /// The kubelet updates candidate `Id`'s Pod status to what its container really does: the
+    /// container of a crashed process terminated, or a new one started for the restarted
+    /// process (pod liveness only). Positive evidence only, possibly late, possibly never.
+    KubeletReports(Id),
+    /// The controller's Pod watch delivers candidate `Id`'s Pod as stored now.
+    WatchPod(Id),
 }
 
 /// The controller's step settings in the model.
@@ -117,6 +132,16 @@ impl Election {
             + (t.lease_duration / 2 + 2)
             + (t.task_stop_within + 2)
             + (t.ack_window + 2)
+    }
+
+    /// How long after the controller's Pod watch delivers the kubelet's report that the holder's
+    /// process stopped (after faults stopped) a live candidate leads at the latest: the holder is
+    /// pinged when the report is seen and declared dead [`ANSWER_GRACE`] later, the next candidate
+    /// is pinged and answers (`ack_window`), and is written and leads, one more second to be
+    /// watched and acted on. Shorter than the Lease's expiry for any Lease longer than it.
+    #[must_use]
+    pub fn pod_liveness_bound(&self) -> Time {
+        ANSWER_GRACE + self.timing.ack_window + 1
     }
 
     /// How long a cut-off lasts: [`Bounds::cut_off_heals`] a lease duration plus 2 s after it
@@ -211,7 +236,7 @@ impl Election {
     /// made was refused.
     fn step_once(&self, state: &mut State, lease: Option<StoredLease>) -> bool {
         let now = state.now;
-        let record = lease.map(|stored| {
+        let mut record = lease.map(|stored| {
             let mut record = stored.record();
             Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record, now);
             record.sitting_out = state
@@ -230,10 +255,26 @@ impl Election {
                 .collect();
             record
         });
+        if let Some(record) = record.as_mut() {
+            record.holder_dead = self.pod_liveness(state, record);
+        }
+        // `reconcile.rs` `valid_candidates`: a candidate other than the holder whose cached Pod
+        // proves its recorded process stopped is left out.
+        let holder = record
+            .as_ref()
+            .and_then(LeaseRecord::holder)
+            .and_then(id_of);
+        let known_dead = |id: Id, stored: &StoredCandidate| {
+            self.bounds.pod_liveness
+                && Some(id) != holder
+                && process_dead(stored.process, state.controller.pods[usize::from(id)])
+        };
         let candidates: Vec<_> = self
             .ids()
             .filter_map(|id| {
-                state.controller.candidates[usize::from(id)].map(|stored| stored.view(id))
+                state.controller.candidates[usize::from(id)]
+                    .filter(|stored| !known_dead(id, stored))
+                    .map(|stored| stored.view(id))
             })
             .collect();
         let has_strategy = |strategy: &str| strategy == OLDEST_EMULATION_VERSION;
@@ -264,13 +305,13 @@ impl Election {
             }
             Outcome::Unchanged { probe, .. } => {
                 if let Some(holder) = probe.as_deref().and_then(id_of) {
-                    self.ping(state, holder, None);
+                    self.ping(state, holder, secs(self.timing.ack_window), None);
                 }
                 false
             }
             Outcome::Ping { candidates, .. } => {
                 for id in candidates.iter().filter_map(|name| id_of(name)) {
-                    self.ping(state, id, release);
+                    self.ping(state, id, secs(self.timing.ack_window), release);
                 }
                 false
             }
@@ -281,7 +322,7 @@ impl Election {
                 ..
             } => {
                 if let Some(leaver) = also_ping.as_deref().and_then(id_of) {
-                    self.ping(state, leaver, release);
+                    self.ping(state, leaver, secs(self.timing.ack_window), release);
                 }
                 let basis = election.lease().map(|l| l.resource_version.clone());
                 let precondition = basis.clone();
@@ -316,18 +357,73 @@ impl Election {
         *slot = Some((strikes, until));
     }
 
-    /// `writer.rs` `ping`: pings the cached candidate if it is stale, with its resourceVersion as
-    /// precondition; on a conflict, reads it again and pings it if it is still stale.
-    fn ping(&self, state: &mut State, id: Id, release: Option<Release<'_>>) {
+    /// `reconcile.rs` `pod_liveness` with `pods.rs` `PodLiveness::check` and `Reports::judge`:
+    /// whether the holder of the unexpired Lease `record` is dead. The first time the cached Pod
+    /// proves that the process its cached LeaseCandidate records stopped, the holder is pinged
+    /// (unless a ping is outstanding); once it answered a ping sent since, it lives; otherwise
+    /// [`ANSWER_GRACE`] later it is dead. Anything else forgets the report.
+    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> bool {
+        if !self.bounds.pod_liveness {
+            return false;
+        }
+        let now = state.now;
+        let evidence = record
+            .holder()
+            .and_then(id_of)
+            .filter(|_| !record.is_expired(timestamp(now)))
+            .and_then(|holder| {
+                let cached = state.controller.candidates[usize::from(holder)]?;
+                process_dead(cached.process, state.controller.pods[usize::from(holder)])
+                    .then_some((holder, cached))
+            });
+        let Some((holder, cached)) = evidence else {
+            state.controller.reported = None;
+            return false;
+        };
+        let Some(reported) = state.controller.reported.filter(|r| r.holder == holder) else {
+            let outstanding = cached.ping_time.filter(|_| cached.pinged());
+            state.controller.reported = Some(Reported {
+                holder,
+                seen_at: now,
+                asked_since: outstanding.map_or(now, |ping| ping.min(now)),
+                answered: false,
+            });
+            if outstanding.is_none() {
+                self.ping(state, holder, Duration::ZERO, None);
+            }
+            return false;
+        };
+        let answered = reported.answered
+            || (cached
+                .ping_time
+                .is_some_and(|ping| ping >= reported.asked_since && cached.renew_time >= ping)
+                && !cached.ping_pending);
+        if answered {
+            state.controller.reported = Some(Reported {
+                answered: true,
+                ..reported
+            });
+            return false;
+        }
+        if now < reported.seen_at + ANSWER_GRACE {
+            return false;
+        }
+        if state.candidates[usize::from(holder)].is_up() {
+            state.violations.declared_dead_while_running = true;
+        } else {
+            state.declared_dead = true;
+        }
+        true
+    }
+
+    /// `writer.rs` `ping`: pings the cached candidate if it is stale (within `ack_window`), with
+    /// its resourceVersion as precondition; on a conflict, reads it again and pings it if it is
+    /// still stale.
+    fn ping(&self, state: &mut State, id: Id, ack_window: Duration, release: Option<Release<'_>>) {
         let now = state.now;
         let slot = usize::from(id);
         let stale = |stored: &StoredCandidate| {
-            liveness_since(
-                &stored.view(id),
-                timestamp(now),
-                secs(self.timing.ack_window),
-                release,
-            ) == Liveness::Stale
+            liveness_since(&stored.view(id), timestamp(now), ack_window, release) == Liveness::Stale
         };
         let Some(cached) = state.controller.candidates[slot].filter(stale) else {
             return;
@@ -339,13 +435,15 @@ impl Election {
             return;
         }
         // An update that changes nothing keeps the resourceVersion, as on kube-apiserver (the
-        // model's clock has whole seconds: a second ping within one would change nothing).
-        if current.ping_time == Some(now) {
+        // model's clock has whole seconds: a second ping within one would change nothing). Pod
+        // liveness's ping (no ack window) after an answer in the same second is a new ping.
+        if current.ping_time == Some(now) && (current.ping_pending || !ack_window.is_zero()) {
             return;
         }
         state.server.candidates[slot] = Some(StoredCandidate {
             resource_version: current.resource_version + 1,
             ping_time: Some(now),
+            ping_pending: ack_window.is_zero(),
             ..current
         });
     }
@@ -661,7 +759,7 @@ impl Election {
                 }
                 Phase::Releasing => actions.push(Action::Release(id)),
                 Phase::Down { .. } => {
-                    if faulty {
+                    if faulty && self.bounds.restarts {
                         actions.push(Action::Restart(id));
                     }
                 }
@@ -672,6 +770,22 @@ impl Election {
             if faulty && state.cut_offs < self.bounds.max_cut_offs {
                 actions.push(Action::CutOff(id));
             }
+            if self.bounds.pod_liveness {
+                if state.server.pods[slot] != Self::pod_truth(candidate) {
+                    actions.push(Action::KubeletReports(id));
+                }
+                if state.controller.pods[slot] != state.server.pods[slot] {
+                    actions.push(Action::WatchPod(id));
+                }
+            }
+        }
+    }
+
+    /// What the kubelet reports of `candidate`'s container once it has caught up.
+    fn pod_truth(candidate: &Candidate) -> PodStatus {
+        PodStatus {
+            container: candidate.incarnation,
+            terminated: !candidate.is_up(),
         }
     }
 
@@ -704,21 +818,28 @@ impl Election {
                     .lease
                     .map(|lease| Renewal::listed(None, &lease, now));
                 state.controller.sitting_out = vec![None; self.bounds.candidates];
+                state.controller.pods.clone_from(&state.server.pods);
+                state.controller.reported = None;
             }
             Action::Step => self.step(state),
             Action::RenewCandidate(id) => {
                 let slot = usize::from(id);
                 let at = Self::local_time(state, id);
+                let process = state.candidates[slot].incarnation;
                 state.server.candidates[slot] = Some(match state.server.candidates[slot] {
                     Some(current) => StoredCandidate {
                         resource_version: current.resource_version + 1,
                         renew_time: at,
+                        ping_pending: false,
+                        process,
                         ..current
                     },
                     None => StoredCandidate {
                         resource_version: 1,
                         renew_time: at,
                         ping_time: None,
+                        ping_pending: false,
+                        process,
                     },
                 });
                 state.candidates[slot].registered = true;
@@ -774,11 +895,33 @@ impl Election {
                 candidate.observed = None;
             }
             Action::Restart(id) => {
-                state.candidates[usize::from(id)].phase = Phase::Following;
+                let candidate = &mut state.candidates[usize::from(id)];
+                candidate.phase = Phase::Following;
+                if self.bounds.pod_liveness {
+                    candidate.incarnation += 1;
+                }
             }
             Action::CutOff(id) => {
                 state.cut_offs += 1;
                 state.candidates[usize::from(id)].cut_off_until = now + self.cut_off_for();
+            }
+            Action::KubeletReports(id) => {
+                let slot = usize::from(id);
+                state.server.pods[slot] = Self::pod_truth(&state.candidates[slot]);
+            }
+            Action::WatchPod(id) => {
+                let slot = usize::from(id);
+                let pod = state.server.pods[slot];
+                state.controller.pods[slot] = pod;
+                let holder = state.server.lease.and_then(|l| l.holder);
+                if now >= self.bounds.faults_until
+                    && state.holder_reported_at.is_none()
+                    && holder == Some(id)
+                    && !state.candidates[slot].is_up()
+                    && state.server.candidates[slot].is_some_and(|c| process_dead(c.process, pod))
+                {
+                    state.holder_reported_at = Some(now);
+                }
             }
         }
     }
@@ -829,6 +972,7 @@ impl Model for Election {
                 server: Server {
                     lease: None,
                     candidates: vec![None; n],
+                    pods: vec![PodStatus::default(); n],
                 },
                 controller: Controller {
                     delivered: None,
@@ -836,6 +980,8 @@ impl Model for Election {
                     candidates: vec![None; n],
                     renewal: None,
                     sitting_out: vec![None; n],
+                    pods: vec![PodStatus::default(); n],
+                    reported: None,
                 },
                 candidates: offsets
                     .into_iter()
@@ -845,12 +991,15 @@ impl Model for Election {
                         observed: None,
                         clock_offset,
                         cut_off_until: 0,
+                        incarnation: 0,
                     })
                     .collect(),
                 crashes: 0,
                 cut_offs: 0,
                 controller_restarts: 0,
                 handed_off: false,
+                holder_reported_at: None,
+                declared_dead: false,
                 violations: Violations::default(),
             })
             .collect()
@@ -866,7 +1015,9 @@ impl Model for Election {
         if self.faulty(state)
             || actions
                 .iter()
-                .filter(|action| !matches!(action, Action::TasksStopped(_)))
+                .filter(|action| {
+                    !matches!(action, Action::TasksStopped(_) | Action::KubeletReports(_))
+                })
                 .all(|action| self.successor(state, *action).is_none())
         {
             actions.push(Action::Tick);
@@ -895,6 +1046,13 @@ pub const BEST_LEADS: &str = "when faults stop, the best live candidate leads wi
 /// The name of the liveness check that the Lease is not left leaderless.
 pub const NOT_LEADERLESS: &str =
     "when faults stop, the Lease is not leaderless while a live candidate exists";
+/// The name of the check that pod liveness declares only a crashed holder dead.
+pub const POD_DEAD_ONLY_CRASHED: &str = "pod liveness declares only a crashed holder dead";
+/// The name of the liveness check of pod liveness.
+pub const POD_FAILOVER: &str =
+    "after the kubelet's report of the holder's crash, a live candidate leads within the bound";
+/// The name of the sanity check that pod liveness fires.
+pub const POD_FIRES: &str = "pod liveness sometimes declares a crashed holder dead";
 /// The name of the sanity check that the model reaches a graceful hand-off.
 pub const HANDS_OFF: &str = "a pre-empted leader sometimes hands the Lease over";
 
@@ -934,5 +1092,22 @@ pub fn properties() -> Vec<Property<Election>> {
                     .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
         }),
         Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
+        Property::always(POD_DEAD_ONLY_CRASHED, |_: &Election, state: &State| {
+            !state.violations.declared_dead_while_running
+        }),
+        Property::always(POD_FAILOVER, |model: &Election, state: &State| {
+            state
+                .holder_reported_at
+                .is_none_or(|at| state.now < at + model.pod_liveness_bound())
+                || model.best_live(state).is_none()
+                || state
+                    .server
+                    .lease
+                    .and_then(|l| l.holder)
+                    .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
+        }),
+        Property::sometimes(POD_FIRES, |model: &Election, state: &State| {
+            !model.bounds.pod_liveness || state.declared_dead
+        }),
     ]
 }

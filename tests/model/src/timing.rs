@@ -100,6 +100,12 @@ pub struct Bounds {
     /// Whether a cut-off heals (a lease duration plus 2 s after it began) or lasts for good (a
     /// holder that may answer pings but never write its Lease: RBAC, an admission policy).
     pub cut_off_heals: bool,
+    /// Whether the controller runs with `--pod-liveness` (and a kubelet reports the candidates'
+    /// containers): a holder the kubelet reports dead is pinged and, unanswered, replaced
+    /// before its Lease expires.
+    pub pod_liveness: bool,
+    /// Whether a crashed candidate may start again (during faults).
+    pub restarts: bool,
 }
 
 impl Bounds {
@@ -111,5 +117,7 @@ impl Bounds {
         max_controller_restarts: 0,
         max_cut_offs: 0,
         cut_off_heals: true,
+        pod_liveness: false,
+        restarts: true,
     };
 }

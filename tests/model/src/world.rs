@@ -130,6 +130,14 @@ pub struct StoredCandidate {
     pub renew_time: Time,
     /// `spec.pingTime`, by the controller's clock.
     pub ping_time: Option<Time>,
+    /// Whether a ping of pod liveness (sent whatever the candidate's freshness, so possibly later
+    /// in the same second as a renewal, which whole-second times cannot tell apart) is the last
+    /// write and unanswered. Other pings are only sent to a stale candidate, and whether they are
+    /// answered is read from the times, as the candidate and the controller read it.
+    pub ping_pending: bool,
+    /// The process the candidate's annotations record (its container ID and start): which
+    /// start of the candidate ([`Candidate::incarnation`]) last wrote the object.
+    pub process: u8,
 }
 
 impl StoredCandidate {
@@ -146,8 +154,28 @@ impl StoredCandidate {
     /// Whether a ping is unanswered (`pingTime` after `renewTime`), as the candidate reads it.
     #[must_use]
     pub fn pinged(&self) -> bool {
-        self.ping_time.is_some_and(|ping| ping > self.renew_time)
+        self.ping_pending || self.ping_time.is_some_and(|ping| ping > self.renew_time)
     }
+}
+
+/// What the kubelet reports of a candidate's container in its Pod's `status.containerStatuses[]`:
+/// which start of the candidate ([`Candidate::incarnation`]) runs in the current container,
+/// and whether that container is reported terminated. A later start implies that every earlier
+/// one was reported terminated (`lastState`), or replaced by an instance started after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PodStatus {
+    /// The start of the candidate in the current container.
+    pub container: u8,
+    /// Whether the current container is reported terminated.
+    pub terminated: bool,
+}
+
+/// `conclave_core::pod::process_dead` on the model's records: whether `pod` proves that the
+/// process of start `process` (as its LeaseCandidate records it) stopped: its container is
+/// reported terminated, or another instance of it started after it.
+#[must_use]
+pub fn process_dead(process: u8, pod: PodStatus) -> bool {
+    pod.container > process || (pod.container == process && pod.terminated)
 }
 
 /// The API server: one Lease and one LeaseCandidate slot per candidate.
@@ -157,6 +185,8 @@ pub struct Server {
     pub lease: Option<StoredLease>,
     /// Each candidate's LeaseCandidate; `None` until it registers.
     pub candidates: Vec<Option<StoredCandidate>>,
+    /// Each candidate's Pod, as the kubelet last reported it.
+    pub pods: Vec<PodStatus>,
 }
 
 /// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
@@ -298,6 +328,25 @@ pub struct Controller {
     /// Each candidate that sits out the Lease's elections (it was written as holder and never
     /// renewed): how many times in a row, and until when (`index.rs` `Renewals::sit_out`).
     pub sitting_out: Vec<Option<(u32, Time)>>,
+    /// The cached Pods (`pods.rs`: its own watch, delivered late and apart from the
+    /// LeaseCandidates').
+    pub pods: Vec<PodStatus>,
+    /// The holder the kubelet reported dead (`pods.rs` `Reported`), if any.
+    pub reported: Option<Reported>,
+}
+
+/// A holder reported dead (`pods.rs` `Reported`): pinged when first seen, declared dead
+/// [`crate::model::ANSWER_GRACE`] later unless it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reported {
+    /// The holder.
+    pub holder: Id,
+    /// When the controller first saw the report.
+    pub seen_at: Time,
+    /// Pings sent at or after this time count as asked since the report.
+    pub asked_since: Time,
+    /// Whether the holder answered since (it lives: the report is not acted on).
+    pub answered: bool,
 }
 
 /// Where a candidate's process stands.
@@ -344,6 +393,9 @@ pub struct Candidate {
     pub clock_offset: i16,
     /// Until when its Lease writes fail (a cut-off fault).
     pub cut_off_until: Time,
+    /// Which start of the process this is (counted only with pod liveness, whose records
+    /// tell one start from the next).
+    pub incarnation: u8,
 }
 
 impl Candidate {
@@ -369,6 +421,8 @@ pub struct Violations {
     pub preempted_for_worse: bool,
     /// A write based on a stale read was applied.
     pub lost_update: bool,
+    /// Pod liveness declared a holder dead (`holder_dead`) whose process runs.
+    pub declared_dead_while_running: bool,
 }
 
 /// The whole system at one instant.
@@ -390,6 +444,11 @@ pub struct State {
     pub controller_restarts: u8,
     /// A pre-empted leader released the Lease (for the sanity check that hand-offs are explored).
     pub handed_off: bool,
+    /// When the controller's Pod watch, after faults stopped, delivered the kubelet's report
+    /// that the holder's process stopped (for the liveness bound of pod liveness).
+    pub holder_reported_at: Option<Time>,
+    /// Pod liveness declared a crashed holder dead (for the sanity check that it fires).
+    pub declared_dead: bool,
     /// Broken properties.
     pub violations: Violations,
 }
@@ -470,14 +529,44 @@ impl core::fmt::Display for State {
         }
         for (id, candidate) in self.candidates.iter().enumerate() {
             write!(f, " c{id}:{:?}", candidate.phase)?;
+            if candidate.incarnation > 0 {
+                write!(f, "#{}", candidate.incarnation)?;
+            }
             if let Some(Some(c)) = self.server.candidates.get(id) {
-                write!(f, "[renew={} ping={:?}]", c.renew_time, c.ping_time)?;
+                write!(f, "[renew={} ping={:?}", c.renew_time, c.ping_time)?;
+                if c.ping_pending {
+                    write!(f, " pending")?;
+                }
+                if c.process > 0 {
+                    write!(f, " process=#{}", c.process)?;
+                }
+                write!(f, "]")?;
+            }
+            if let Some(pod) = self
+                .server
+                .pods
+                .get(id)
+                .filter(|p| **p != PodStatus::default())
+            {
+                write!(
+                    f,
+                    "[pod #{}{}]",
+                    pod.container,
+                    if pod.terminated { " terminated" } else { "" }
+                )?;
             }
         }
         for (id, sitting) in self.controller.sitting_out.iter().enumerate() {
             if let Some((strikes, until)) = sitting {
                 write!(f, " c{id}-sits-out[strikes={strikes} until={until}]")?;
             }
+        }
+        if let Some(r) = self.controller.reported {
+            write!(
+                f,
+                " reported[c{} seen={} asked_since={} answered={}]",
+                r.holder, r.seen_at, r.asked_since, r.answered
+            )?;
         }
         if self.violations != Violations::default() {
             write!(f, " {:?}", self.violations)?;

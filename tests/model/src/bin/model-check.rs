@@ -1,8 +1,9 @@
 //! Runs one model check and prints the states explored, the depth and the time:
 //! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
-//! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs] [cut_off_heals]`, each
+//! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs] [cut_off_heals]
+//! [pod_liveness] [restarts]`, each
 //! defaulting to the bounded check's. Every property is reported, with the trace of each that
-//! fails; the exit status is 1 when one fails.
+//! fails; the exit status is 1 when one fails. `MODEL_THREADS` sets the checker's threads (2).
 #![forbid(unsafe_code)]
 
 use conclave_model::model::Election;
@@ -14,6 +15,14 @@ fn arg<T: std::str::FromStr>(args: &[String], at: usize, default: T) -> T {
     args.get(at).and_then(|a| a.parse().ok()).unwrap_or(default)
 }
 
+/// The checker's threads: `MODEL_THREADS`, or 2.
+fn threads() -> usize {
+    std::env::var("MODEL_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bounds = Bounds {
@@ -23,6 +32,8 @@ fn main() {
         max_controller_restarts: arg(&args, 3, Bounds::BOUNDED.max_controller_restarts),
         max_cut_offs: arg(&args, 8, Bounds::BOUNDED.max_cut_offs),
         cut_off_heals: arg(&args, 9, Bounds::BOUNDED.cut_off_heals),
+        pod_liveness: arg(&args, 10, Bounds::BOUNDED.pod_liveness),
+        restarts: arg(&args, 11, Bounds::BOUNDED.restarts),
     };
     let timing = Timing {
         max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
@@ -39,7 +50,7 @@ fn main() {
     let started = Instant::now();
     let checker = model
         .checker()
-        .threads(2)
+        .threads(threads())
         .timeout(timeout)
         .spawn_bfs()
         .join();
