@@ -33,9 +33,15 @@
 //! status not updated because the node is down) only delays failover to the Lease's expiry, as
 //! before. Nothing that merely looks unhealthy counts: a node NotReady, phase `Unknown`, a
 //! `deletionTimestamp` with its grace period running, `lastState` of an earlier container. A
-//! holder that answers the ping is never replaced by this rule, so a wrong record (a container
-//! ID read wrongly) cannot take a live leader's Lease away either, unless it also fails to
-//! answer within [`ANSWER_GRACE`].
+//! holder that answers the ping or renews its Lease after the report is never replaced by this
+//! rule. A process leads only after renewing its Lease, and the write that elects the next
+//! candidate carries the resourceVersion it read, so a report about an earlier process of the
+//! same identity (a fixed identity, its LeaseCandidate not yet seen in this controller's cache)
+//! cannot take the Lease from the process now leading: the renewal is in what was read, or it
+//! fails (tests/model, pod liveness finding B). A wrong record of the running process itself (a
+//! container ID read wrongly) could, if it also fails to answer within [`ANSWER_GRACE`]. The price:
+//! the dead holder's own last renewal, seen only after the report, counts as a sign of life too,
+//! and failover then waits for the expiry.
 //!
 //! The watch: the API has no projection of a Pod to its metadata and status (metadata-only
 //! watches carry no status), and a label selector would need a label on the component's Pods,

@@ -359,8 +359,8 @@ impl Election {
 
     /// `reconcile.rs` `pod_liveness` with `pods.rs` `PodLiveness::check` and `Reports::judge`:
     /// whether the holder of the unexpired Lease `record` is dead. The first time the cached Pod
-    /// proves that the process its cached LeaseCandidate records stopped, the holder is pinged
-    /// (unless a ping is outstanding); once it answered a ping sent since, it lives; otherwise
+    /// proves that the process its cached LeaseCandidate records stopped, the holder is pinged;
+    /// once it answered that ping, or the Lease shows a renewal since, it lives; otherwise
     /// [`ANSWER_GRACE`] later it is dead. Anything else forgets the report.
     fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> bool {
         if !self.bounds.pod_liveness {
@@ -381,19 +381,18 @@ impl Election {
             return false;
         };
         let Some(reported) = state.controller.reported.filter(|r| r.holder == holder) else {
-            let outstanding = cached.ping_time.filter(|_| cached.pinged());
             state.controller.reported = Some(Reported {
                 holder,
                 seen_at: now,
-                asked_since: outstanding.map_or(now, |ping| ping.min(now)),
+                asked_since: now,
+                renewal_at_report: record.renew_time,
                 answered: false,
             });
-            if outstanding.is_none() {
-                self.ping(state, holder, Duration::ZERO, None);
-            }
+            self.ping(state, holder, Duration::ZERO, None);
             return false;
         };
         let answered = reported.answered
+            || record.renew_time != reported.renewal_at_report
             || (cached
                 .ping_time
                 .is_some_and(|ping| ping >= reported.asked_since && cached.renew_time >= ping)

@@ -343,9 +343,13 @@ pub struct Reported {
     pub holder: Id,
     /// When the controller first saw the report.
     pub seen_at: Time,
-    /// Pings sent at or after this time count as asked since the report.
+    /// Pings sent at or after this time count as asked since the report (the ping sent when it
+    /// was seen).
     pub asked_since: Time,
-    /// Whether the holder answered since (it lives: the report is not acted on).
+    /// The holder's `renewTime` as the controller had it when it saw the report: another one
+    /// since proves a live process.
+    pub renewal_at_report: Option<conclave_core::time::Timestamp>,
+    /// Whether the holder answered or renewed since (it lives: the report is not acted on).
     pub answered: bool,
 }
 
