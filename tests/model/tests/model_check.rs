@@ -78,7 +78,7 @@ fn assert_holds_except(checker: &impl Checker<Election>, found: &[&str]) {
 /// candidate's container terminated, late or never, and a controller that pings a holder
 /// reported dead and, unanswered after the answer grace, elects the next candidate before the
 /// Lease expires; two candidates, one crash without a restart (a restart is
-/// [`pod_liveness_never_elects_beside_a_restarted_holder`]), faults for `faults_until` seconds.
+/// [`pod_liveness_with_a_restarted_holder_of_the_same_identity_still_finds_two_leaders`]), faults for `faults_until` seconds.
 fn pod_liveness_model(faults_until: i16, restarts: bool) -> Election {
     let bounds = Bounds {
         faults_until,
@@ -114,16 +114,17 @@ fn full_check_pod_liveness_holds_every_property_but_the_failover_bound() {
 }
 
 /// Pod liveness's finding B: a holder that crashed and was restarted by the kubelet under the
-/// same identity (a component that sets a fixed identity) while the controller's cached
-/// LeaseCandidate still records the previous container, which the cached Pod shows terminated.
-/// Before the fix it was pinged, did not answer within the grace, was declared dead while it ran
-/// and led, and the next candidate led beside it. Now a renewal of the Lease since the report
-/// keeps it, and the restarted process leads only after renewing.
+/// same identity (a component that sets a fixed identity; `conclave-candidate`'s default is new
+/// for every process) while the controller's cached LeaseCandidate still records the previous
+/// container, which the cached Pod shows terminated. A renewal of the Lease since the report now
+/// keeps the holder, which closes the trace first found (the restart renewed after the report
+/// was seen), but not one where the report is seen afresh after the restarted process renewed:
+/// the check still finds two leaders (the README's finding B, still open).
 #[test]
 #[ignore = "pod liveness finding B, minutes: run with --ignored"]
-fn pod_liveness_never_elects_beside_a_restarted_holder() {
+fn pod_liveness_with_a_restarted_holder_of_the_same_identity_still_finds_two_leaders() {
     let checker = explore("pod liveness with restarts", pod_liveness_model(2, true));
-    checker.assert_no_discovery(ONE_LEADER);
+    assert_holds_except(&checker, &[ONE_LEADER, POD_DEAD_ONLY_CRASHED, POD_FAILOVER]);
 }
 
 /// The larger check: a crash and a cut-off in one run.
