@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Cases in a plain `cargo test`.
-const DEFAULT_CASES: u32 = 1000;
+const DEFAULT_CASES: u32 = 500;
 
 /// The longest any response may take: a watch lasts at most [`MAX_WATCH`] and a read from a
 /// future resourceVersion waits 3 s before its 504, so anything longer is a hang.
