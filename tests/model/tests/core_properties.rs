@@ -419,6 +419,9 @@ fn fuzz_cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: fuzz_cases(),
+        // Candidate names are filtered to valid ones: a long run rejects more than the default
+        // 65,536 draws in all.
+        max_local_rejects: u32::MAX,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
