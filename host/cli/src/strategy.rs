@@ -469,8 +469,12 @@ fn failure_table(
     );
     for row in &rows {
         let mut line = String::from("    ");
+        // Padded by hand: `{cell:<width$}` panics for a width above u16::MAX, which a vector's
+        // 70,000-byte name reaches (found by tests/fuzz_vectors.rs).
         for (cell, width) in row.iter().zip(widths) {
-            let _ = write!(line, "{cell:<width$} ");
+            line.push_str(cell);
+            let pad = width.saturating_sub(cell.chars().count()) + 1;
+            line.extend(std::iter::repeat_n(' ', pad));
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
@@ -911,4 +915,31 @@ fn bench(
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A candidate name wider than `u16::MAX` characters is printed, not a formatting panic.
+    #[test]
+    fn a_failure_table_prints_a_huge_name() {
+        let name = "x".repeat(70_000);
+        let request = ElectionRequest {
+            lease: LeaseView::default(),
+            now: Timestamp::from_secs(0),
+            settings: String::new(),
+            candidates: vec![CandidateView {
+                name: name.clone(),
+                ..CandidateView::default()
+            }],
+        };
+        let expect = Expect {
+            leader: Some("a".into()),
+            error: false,
+            message: None,
+        };
+        let table = failure_table(&request, &expect, Some(&name), None);
+        assert!(table.contains(&name));
+    }
 }

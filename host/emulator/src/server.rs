@@ -807,6 +807,11 @@ impl Handler<'_> {
     }
 
     fn delete(&self, body: &[u8]) -> Result<Response, ApiError> {
+        if self.target.res == NAMESPACES
+            && ["default", "kube-system", "kube-public"].contains(&self.name())
+        {
+            return Err(ApiError::namespace_may_not_be_deleted(self.name()));
+        }
         let options = Self::delete_options(body)?;
         let uid = options
             .pointer("/preconditions/uid")

@@ -296,6 +296,18 @@ impl ApiError {
         e
     }
 
+    /// 403 Forbidden for a delete of `default`, `kube-system` or `kube-public`, as
+    /// kube-apiserver's NamespaceLifecycle admission refuses it.
+    pub fn namespace_may_not_be_deleted(name: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+        );
+        e.details = Some(json!({ "name": name, "kind": "namespaces" }));
+        e
+    }
+
     /// 500 InternalError, injected by faults.
     pub fn internal(message: impl Into<String>) -> Self {
         let message = format!("Internal error occurred: {}", message.into());

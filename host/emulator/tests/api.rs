@@ -1010,3 +1010,21 @@ async fn resources_not_served_are_a_not_found_status_saying_what_is_served() {
         );
     }
 }
+
+/// As kube-apiserver's NamespaceLifecycle admission: `default`, `kube-system` and `kube-public`
+/// may not be deleted (403). Found by `fuzz_http`, which deleted `default`.
+#[tokio::test]
+async fn the_system_namespaces_may_not_be_deleted() {
+    let (_emulator, client) = common::start().await;
+    let namespaces: Api<Namespace> = Api::all(client);
+    for name in ["default", "kube-system", "kube-public"] {
+        let (code, reason, message) =
+            api_code(namespaces.delete(name, &DeleteParams::default()).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"), "{name}");
+        assert_eq!(
+            message,
+            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")
+        );
+        namespaces.get(name).await.expect("still there");
+    }
+}

@@ -6,6 +6,7 @@
 
 use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::plan::{Mode, WriteKind};
+use conclave_core::prepared::PreparedRequest;
 use conclave_core::request::CandidateView;
 use conclave_core::step::{Arrivals, Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
@@ -391,5 +392,102 @@ proptest! {
         answer in answers(),
     ) {
         step(lease.as_ref(), &candidates, &settings, answer);
+    }
+}
+
+/// What a plugin may answer (issue 32, part 3, the WIT answer path): a candidate's name, a name
+/// next to one, nobody, the empty name, a huge or non-ASCII string.
+fn arbitrary_answers() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        4 => "c[0-4]".prop_map(Some),
+        1 => Just(None),
+        1 => Just(Some(String::new())),
+        1 => "c[0-4] |C[0-4]|c[0-4]\\.".prop_map(Some),
+        1 => "\\PC{0,8}".prop_map(Some),
+        1 => Just(Some("c".repeat(100_000))),
+    ]
+}
+
+/// Cases of the arbitrary-answer property: `CONCLAVE_FUZZ_CASES`, else 10,000.
+fn fuzz_cases() -> u32 {
+    std::env::var("CONCLAVE_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: fuzz_cases(),
+        // Candidate names are filtered to valid ones: a long run rejects more than the default
+        // 65,536 draws in all.
+        max_local_rejects: u32::MAX,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Whatever the strategy answers, [`Election::apply_answer`] never panics and never writes a
+    /// name that was not offered: the engine refuses such an answer first (`InvalidAnswer`), and
+    /// the core holds on its own, for every caller (the controller, `conclave status`, the demo).
+    /// A 0.2 or 0.3 plugin answers with a position: [`PreparedRequest::name_at`] maps only a
+    /// position inside the request to a name, and that name is offered.
+    #[test]
+    fn an_arbitrary_answer_writes_only_offered_candidates(
+        lease in leases(),
+        candidates in candidates(),
+        settings in settings(),
+        answer in arbitrary_answers(),
+        position in prop_oneof![4 => 0u32..8, 1 => any::<u32>()],
+    ) {
+        let has_strategy = |s: &str| s == OLDEST_EMULATION_VERSION || s == THIRD_PARTY;
+        let plan = plan_step(&StepInput {
+            namespace: "ns",
+            name: "lease",
+            lease: lease.as_ref(),
+            candidates: &candidates,
+            now: settings.now,
+            config: config(&settings),
+            builtin_active: settings.builtin_active,
+            has_strategy: &has_strategy,
+            arrivals: settings.arrivals,
+            deleted_while_held_until: settings.deleted_while_held_until,
+        });
+        let Plan::Decide(election) = &plan else {
+            return Ok(());
+        };
+        let request = election.request();
+        let offered = |name: &str| request.has_candidate(name);
+        if let Ok(prepared) = PreparedRequest::new(request) {
+            match prepared.name_at(position) {
+                Some(name) => {
+                    prop_assert!(offered(name));
+                    prop_assert!((position as usize) < request.candidates.len());
+                }
+                None => prop_assert!(position as usize >= request.candidates.len()),
+            }
+        }
+        let read_holder = lease.as_ref().and_then(LeaseRecord::holder);
+        match election.apply_answer(answer.as_deref()) {
+            Outcome::Write { winner, write, .. } => {
+                prop_assert!(offered(&winner), "winner {winner:?} was not offered");
+                if let Some(holder) = write.desired.holder().filter(|h| Some(*h) != read_holder) {
+                    prop_assert!(offered(holder), "holder {holder:?} was not offered");
+                }
+                if let Some(preferred) = write.desired.preferred() {
+                    prop_assert!(offered(preferred), "preferredHolder {preferred:?} was not offered");
+                }
+            }
+            // A ping may go to a candidate the strategy was not offered (one sitting out), but
+            // only to a candidate of the Lease.
+            Outcome::Ping { candidates: pinged, .. } => {
+                for name in &pinged {
+                    prop_assert!(
+                        candidates.iter().any(|c| &c.name == name),
+                        "pinged {name:?}, who is not a candidate"
+                    );
+                }
+            }
+            _ => {}
+        }
     }
 }
