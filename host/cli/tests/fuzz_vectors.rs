@@ -13,6 +13,7 @@
 //! Cases: [`DEFAULT_CASES`] in `cargo test` (each runs the binary once); `CONCLAVE_FUZZ_CASES=N`
 //! for a longer run, e.g. `CONCLAVE_FUZZ_CASES=2000 cargo test -p conclave --test fuzz_vectors`.
 
+use conclave_testkit::fuzz_cases;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -26,13 +27,6 @@ const DEFAULT_CASES: u32 = 200;
 
 /// The longest one run of the binary may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn cases() -> u32 {
-    std::env::var("CONCLAVE_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// The shipped vector files of the built-in strategies (the others need their plugin built),
 /// each cut to slices of three cases.
@@ -285,7 +279,7 @@ struct Tally {
 fn arbitrary_vector_files_run_or_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut runner = TestRunner::new(Config {
-        cases: cases(),
+        cases: fuzz_cases(DEFAULT_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -296,7 +290,7 @@ fn arbitrary_vector_files_run_or_are_refused() {
     });
     eprintln!(
         "arbitrary_vector_files_run_or_are_refused: {} cases in {:.1?}; {tally:?}",
-        cases(),
+        fuzz_cases(DEFAULT_CASES),
         started.elapsed()
     );
     result.unwrap();

@@ -35,6 +35,7 @@ use conclave_core::plan::Mode;
 use conclave_core::pod::process_dead;
 use conclave_core::step::{Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
 use conclave_core::time::Timestamp;
+use conclave_testkit::fuzz_cases;
 use futures::stream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -51,13 +52,6 @@ use std::time::{Duration, Instant};
 
 /// Cases in a plain `cargo test`.
 const DEFAULT_CASES: u32 = 2_000;
-
-fn cases() -> u32 {
-    std::env::var("CONCLAVE_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 fn json_values() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -579,7 +573,7 @@ fn arbitrary_watched_objects_are_indexed_or_left_out() {
         .build()
         .unwrap();
     let mut runner = TestRunner::new(Config {
-        cases: cases(),
+        cases: fuzz_cases(DEFAULT_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -588,7 +582,7 @@ fn arbitrary_watched_objects_are_indexed_or_left_out() {
     let result = runner.run(&batches(), |batch| check(&batch, &rt, &reached));
     eprintln!(
         "arbitrary_watched_objects_are_indexed_or_left_out: {} cases in {:.1?}; {reached:?}",
-        cases(),
+        fuzz_cases(DEFAULT_CASES),
         started.elapsed()
     );
     result.unwrap();

@@ -27,6 +27,7 @@
 mod common;
 
 use conclave_emulator::EmulatorConfig;
+use conclave_testkit::fuzz_cases;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -43,13 +44,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The emulator's longest watch here, so that fuzzed watches end quickly.
 const MAX_WATCH: Duration = Duration::from_millis(150);
-
-fn cases() -> u32 {
-    std::env::var("CONCLAVE_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// One request as sent on the wire.
 #[derive(Debug, Clone)]
@@ -874,7 +868,7 @@ fn arbitrary_requests_are_answered() {
     rt.block_on(seed(&address));
     let health = plain("GET", "/api/v1/namespaces/default", Value::Null);
     let mut runner = TestRunner::new(Config {
-        cases: cases(),
+        cases: fuzz_cases(DEFAULT_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -904,7 +898,7 @@ fn arbitrary_requests_are_answered() {
     });
     eprintln!(
         "fuzz_http: {} cases in {:.1?}; (method, status): count {:?}",
-        cases(),
+        fuzz_cases(DEFAULT_CASES),
         started.elapsed(),
         seen.borrow()
     );

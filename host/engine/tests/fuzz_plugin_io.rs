@@ -19,6 +19,7 @@
 use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::time::Timestamp;
 use conclave_engine::{CallError, Engine, EngineConfig, LoadError, MAX_PLUGIN_TEXT};
+use conclave_testkit::fuzz_cases;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -32,13 +33,6 @@ const DEFAULT_CASES: u32 = 1_000;
 /// Sidecar cases in a plain `cargo test` (a sidecar that loads compiles its plugin, or reads it
 /// from the cache).
 const DEFAULT_SIDECAR_CASES: u32 = 300;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("CONCLAVE_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default)
-}
 
 const TEMPLATE: &str = include_str!("fixtures/strategy.wat");
 
@@ -232,7 +226,7 @@ fn an_arbitrary_answer_elects_only_a_candidate() {
     let path = write_echo(dir.path());
     let engine = Engine::from_file(EngineConfig::default(), &path).expect("the fixture loads");
     let mut runner = TestRunner::new(Config {
-        cases: cases(DEFAULT_CASES),
+        cases: fuzz_cases(DEFAULT_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -257,7 +251,7 @@ fn an_arbitrary_answer_elects_only_a_candidate() {
     );
     eprintln!(
         "an_arbitrary_answer_elects_only_a_candidate: {} cases in {:.1?}",
-        cases(DEFAULT_CASES),
+        fuzz_cases(DEFAULT_CASES),
         started.elapsed()
     );
     result.unwrap();
@@ -270,7 +264,7 @@ fn built_in_plugins_on_arbitrary_requests_elect_only_a_candidate() {
     let engine = Engine::new(EngineConfig::default()).expect("the built-ins load");
     let strategies: Vec<String> = engine.strategies().into_iter().map(|s| s.name).collect();
     let mut runner = TestRunner::new(Config {
-        cases: cases(DEFAULT_CASES),
+        cases: fuzz_cases(DEFAULT_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -282,7 +276,7 @@ fn built_in_plugins_on_arbitrary_requests_elect_only_a_candidate() {
     );
     eprintln!(
         "built_in_plugins_on_arbitrary_requests_elect_only_a_candidate: {} cases in {:.1?}",
-        cases(DEFAULT_CASES),
+        fuzz_cases(DEFAULT_CASES),
         started.elapsed()
     );
     result.unwrap();
@@ -388,7 +382,7 @@ fn an_arbitrary_sidecar_loads_or_is_refused_with_a_reason() {
         ..EngineConfig::default()
     };
     let mut runner = TestRunner::new(Config {
-        cases: cases(DEFAULT_SIDECAR_CASES),
+        cases: fuzz_cases(DEFAULT_SIDECAR_CASES),
         failure_persistence: None,
         ..Config::default()
     });
@@ -440,7 +434,7 @@ fn an_arbitrary_sidecar_loads_or_is_refused_with_a_reason() {
     });
     eprintln!(
         "an_arbitrary_sidecar_loads_or_is_refused_with_a_reason: {} cases in {:.1?} ({} loaded, {} refused)",
-        cases(DEFAULT_SIDECAR_CASES),
+        fuzz_cases(DEFAULT_SIDECAR_CASES),
         started.elapsed(),
         loaded.get(),
         refused.get()

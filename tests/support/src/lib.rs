@@ -36,6 +36,7 @@ mod candidate;
 mod components;
 mod control_plane;
 mod differential;
+mod fuzz;
 mod holder;
 mod node;
 mod observer;
@@ -56,6 +57,7 @@ pub use differential::{
     STICKY_STRATEGY, SettleTracker, Verdict, classify, clear, run_batch, run_differential, settled,
     wait_builtin_leading,
 };
+pub use fuzz::{FUZZ_CASES_ENV, fuzz_cases};
 pub use holder::BuiltinControllerHold;
 pub use node::{NODE_NAME, NODE_REQUIRE_ENV, Node, PROBE_IMAGE};
 pub use observer::Observer;
