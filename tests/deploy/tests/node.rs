@@ -507,6 +507,49 @@ async fn healthy_budget(budgets: &Api<PodDisruptionBudget>) -> PodDisruptionBudg
     .expect("the PodDisruptionBudget")
 }
 
+/// The candidate of the component's Pod `pod` whose container the kubelet restarted after the
+/// process leading as `killed` died: a candidate of that Pod under another identity.
+async fn rejoined_candidate(client: &Client, pod: &str, killed: &str) -> String {
+    wait_for(
+        "the killed component back as a candidate",
+        READY_TIMEOUT,
+        || async {
+            let look = look_at_election(client).await?;
+            Ok(look
+                .candidates
+                .iter()
+                .find(|(name, _)| is_identity_of(name, pod) && *name != killed)
+                .map(|(name, _)| name.clone()))
+        },
+    )
+    .await
+    .expect("the restarted component's candidate")
+}
+
+/// The note of the `HolderDead` Event on the component's Lease that names `holder` dead (pod
+/// liveness fired for it), once there is one.
+async fn holder_dead_note(
+    events: &Api<K8sEvent>,
+    holder: &str,
+) -> Result<String, conclave_testkit::Error> {
+    let dead = format!("{holder} is dead");
+    wait_for(
+        "a HolderDead Event naming the holder",
+        ELECTION_TIMEOUT,
+        || async {
+            let listed = events.list(&ListParams::default()).await?;
+            Ok(listed.items.into_iter().find_map(|e| {
+                let note = e.note.unwrap_or_default();
+                (e.reason.as_deref() == Some("HolderDead")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(COMPONENT)
+                    && note.starts_with(&dead))
+                .then_some(note)
+            }))
+        },
+    )
+    .await
+}
+
 /// The component's leader once its election has settled: the same holder, nobody preferred, at
 /// two looks 3 s apart, with at least 3 candidates.
 async fn settled_component_leader(client: &Client) -> String {
@@ -1065,20 +1108,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     .await
     .expect("a next leader");
     let failover = killed_at.elapsed();
-    let back = wait_for(
-        "the killed component back as a follower",
-        READY_TIMEOUT,
-        || async {
-            let look = look_at_election(&client).await?;
-            Ok(look
-                .candidates
-                .iter()
-                .find(|(name, _)| is_identity_of(name, &leading_name) && *name != new_leader)
-                .map(|(name, _)| name.clone()))
-        },
-    )
-    .await
-    .expect("the restarted component's candidate");
+    let back = rejoined_candidate(&client, &leading_name, &new_leader).await;
     let looks: Vec<ElectionLook> = election
         .state()
         .into_iter()
@@ -1098,27 +1128,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // The kubelet's report that the leader's container terminated is what ended its term, not
     // the Lease's expiry: the controller said so on the Lease.
     let events: Api<K8sEvent> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    let dead = wait_for(
-        "a HolderDead Event on the component's Lease",
-        ELECTION_TIMEOUT,
-        || {
-            let events = events.clone();
-            async move {
-                let listed = events.list(&ListParams::default()).await?;
-                Ok(listed.items.into_iter().find(|e| {
-                    e.reason.as_deref() == Some("HolderDead")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(COMPONENT)
-                }))
-            }
-        },
-    )
-    .await
-    .expect("pod liveness fired");
+    let dead = holder_dead_note(&events, &new_leader)
+        .await
+        .expect("pod liveness fired");
     eprintln!(
         "drill: SIGKILL of the leading component {new_leader} -> next leader {next} after {:.2} s \
          ({}); the restarted container is the candidate {back}",
         failover.as_secs_f64(),
-        dead.note.unwrap_or_default()
+        dead
     );
     // SIGSTOP of the leading component's process: a stall the kubelet does not report (the
     // container still runs), so the controller fails over at the Lease's expiry, never before,
@@ -1207,45 +1224,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         reported.0, "OOMKilled",
         "the kubelet reported {reported:?} for the leader's container, not an OOM kill"
     );
-    let dead = wait_for(
-        "a HolderDead Event for the OOM-killed leader",
-        ELECTION_TIMEOUT,
-        || {
-            let events = events.clone();
-            let leader = leader.clone();
-            async move {
-                let listed = events.list(&ListParams::default()).await?;
-                Ok(listed.items.into_iter().find_map(|e| {
-                    let note = e.note.unwrap_or_default();
-                    (e.reason.as_deref() == Some("HolderDead")
-                        && note.starts_with(&format!("{leader} is dead")))
-                    .then_some(note)
-                }))
-            }
-        },
-    )
-    .await;
-    let dead = match dead {
+    let dead = match holder_dead_note(&events, &leader).await {
         Ok(note) => note,
         Err(error) => {
             print_elections(&events, &kubectl, plane.kubeconfig_path(), &pods).await;
             panic!("pod liveness did not fire on the OOM kill of {leader}: {error}");
         }
     };
-    let rejoined = wait_for(
-        "the OOM-killed component back as a candidate",
-        READY_TIMEOUT,
-        || async {
-            let look = look_at_election(&client).await?;
-            Ok(look
-                .candidates
-                .iter()
-                .find(|(name, _)| is_identity_of(name, &oom_pod) && *name != leader)
-                .map(|(name, _)| name.clone()))
-        },
-    )
-    .await
-    .expect("the restarted component's candidate");
+    let rejoined = rejoined_candidate(&client, &oom_pod, &leader).await;
     eprintln!(
         "drill: OOM kill of the leading component {leader} ({reported:?}) -> next leader {} \
          after {:.2} s ({dead}); the restarted container is the candidate {rejoined}",
