@@ -148,6 +148,38 @@ impl LoadError {
     }
 }
 
+/// Why a loaded plugin could not be put in service ([`Engine::install`](crate::Engine::install)).
+/// The engine keeps serving what it served before.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    /// The plugin claims a strategy a built-in plugin implements; built-ins cannot be replaced.
+    #[error("{plugin} claims strategy {strategy:?}, which the built-in {holder} implements")]
+    ShadowsBuiltin {
+        /// The contested strategy.
+        strategy: String,
+        /// The built-in plugin.
+        holder: String,
+        /// The refused plugin.
+        plugin: String,
+    },
+    /// The plugin claims a strategy another installed plugin implements.
+    #[error("{plugin} claims strategy {strategy:?}, which {holder} already implements")]
+    StrategyConflict {
+        /// The contested strategy.
+        strategy: String,
+        /// The plugin that serves it.
+        holder: String,
+        /// The refused plugin.
+        plugin: String,
+    },
+    /// The key names a built-in plugin, which cannot be replaced.
+    #[error("{key} is a built-in plugin and cannot be replaced")]
+    BuiltinKey {
+        /// The key.
+        key: String,
+    },
+}
+
 /// Why one election could not be decided. The engine and its other plugins are unaffected; each
 /// variant has a stable [`label`](Self::label) for metrics and events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

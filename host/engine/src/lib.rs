@@ -32,9 +32,10 @@ mod plugin;
 mod registry;
 
 pub use compile::{LoadStats, default_cache_dir};
-pub use error::{CallError, LoadError};
+pub use error::{CallError, InstallError, LoadError};
 pub use limits::{LimitOverrides, Limits};
-pub use plugin::{PluginInfo, PluginSource};
+pub use plugin::{PluginCounts, PluginInfo, PluginSource};
+pub use registry::PluginOptions;
 
 use conclave_core::request::ElectionRequest;
 use std::path::{Path, PathBuf};
@@ -93,8 +94,14 @@ pub struct EngineConfig {
 
 /// The strategy engine: a registry of loaded plugins by strategy name.
 ///
-/// Cheap to clone and share (`Send + Sync`); [`elect`](Self::elect) is synchronous and CPU-bound,
-/// so call it from async code through `tokio::task::spawn_blocking`.
+/// Cheap to clone and share (`Send + Sync`); every clone sees the same plugins.
+/// [`elect`](Self::elect) is synchronous and CPU-bound, so call it from async code through
+/// `tokio::task::spawn_blocking`.
+///
+/// Plugins can be added, replaced and removed while elections run: [`prepare`](Self::prepare)
+/// compiles and checks one off the election path, [`install`](Self::install) swaps it in
+/// atomically under a key, [`uninstall`](Self::uninstall) takes it out. A call in flight
+/// finishes on the plugin it started with.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<registry::Registry>,
@@ -103,9 +110,42 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("strategies", &self.inner.strategy_names())
+            .field("strategies", &self.inner.snapshot().strategy_names())
             .finish()
     }
+}
+
+/// A plugin compiled, linked and checked by [`Engine::prepare`], not yet in service.
+pub struct PreparedPlugin {
+    plugin: Arc<plugin::Plugin>,
+}
+
+impl PreparedPlugin {
+    /// What it is: its strategies, contract version, digest, limits.
+    #[must_use]
+    pub fn info(&self) -> Arc<PluginInfo> {
+        self.plugin.info()
+    }
+}
+
+impl std::fmt::Debug for PreparedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedPlugin")
+            .field("source", &self.plugin.info().source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Engine::sync_plugins_dir`] did.
+#[derive(Debug, Default)]
+pub struct DirSync {
+    /// Files loaded and put in service (new or changed).
+    pub loaded: Vec<PathBuf>,
+    /// Files gone, whose plugins were taken out of service.
+    pub removed: Vec<PathBuf>,
+    /// Files (or the directory) that could not be loaded, and why; a changed file's last good
+    /// version stays in service.
+    pub failed: Vec<(PathBuf, String)>,
 }
 
 /// One strategy name the engine can run, and the plugin implementing it.
@@ -143,13 +183,14 @@ impl Engine {
     /// Whether a plugin implements `strategy`.
     #[must_use]
     pub fn has_strategy(&self, strategy: &str) -> bool {
-        self.inner.get(strategy).is_some()
+        self.inner.snapshot().get(strategy).is_some()
     }
 
     /// Every strategy name the engine can run, sorted by name.
     #[must_use]
     pub fn strategies(&self) -> Vec<StrategyInfo> {
         self.inner
+            .snapshot()
             .strategies()
             .map(|(name, plugin)| StrategyInfo {
                 name: name.to_owned(),
@@ -161,7 +202,75 @@ impl Engine {
     /// The loaded plugins, each once, in load order (built-ins first).
     #[must_use]
     pub fn plugins(&self) -> Vec<Arc<PluginInfo>> {
-        self.inner.plugins().map(|plugin| plugin.info()).collect()
+        self.inner
+            .snapshot()
+            .plugins()
+            .map(|plugin| plugin.info())
+            .collect()
+    }
+
+    /// Compiles, links and checks a plugin (calling its `info()`) without putting it in service,
+    /// under the engine's configuration (`allow_wasi`, the code cache, default and operator
+    /// limits) and `options` (its settings, limits, pinned sha256).
+    ///
+    /// CPU-bound, possibly for seconds: call it through `tokio::task::spawn_blocking`. Elections
+    /// keep running on the plugins in service meanwhile.
+    pub fn prepare(
+        &self,
+        source: PluginSource,
+        bytes: &[u8],
+        options: PluginOptions,
+    ) -> Result<PreparedPlugin, LoadError> {
+        self.inner
+            .prepare(source, bytes, options)
+            .map(|plugin| PreparedPlugin { plugin })
+    }
+
+    /// Puts a prepared plugin in service under `key` (a name of the caller's choice, e.g.
+    /// `strategyplugin/NAME`), replacing what `key` served before, atomically: the next call of
+    /// any of its strategies runs it, calls in flight finish on the plugin they started with.
+    ///
+    /// Refused, with the engine unchanged, when one of its strategies is implemented by a
+    /// built-in ([`InstallError::ShadowsBuiltin`]) or by a plugin under another key
+    /// ([`InstallError::StrategyConflict`]). Returns the plugin it replaced.
+    pub fn install(
+        &self,
+        key: &str,
+        plugin: PreparedPlugin,
+    ) -> Result<Option<Arc<PluginInfo>>, InstallError> {
+        let replaced = self.inner.install(key, plugin.plugin)?;
+        Ok(replaced.map(|plugin| plugin.info()))
+    }
+
+    /// Takes the plugin under `key` out of service; its strategies become unknown. Returns it,
+    /// or `None` if nothing (or a built-in, which cannot be removed) is under `key`.
+    pub fn uninstall(&self, key: &str) -> Option<Arc<PluginInfo>> {
+        self.inner.uninstall(key).map(|plugin| plugin.info())
+    }
+
+    /// The plugin in service under `key`, with how many elections it decided and failed.
+    #[must_use]
+    pub fn installed(&self, key: &str) -> Option<(Arc<PluginInfo>, PluginCounts)> {
+        self.inner
+            .snapshot()
+            .keyed()
+            .find(|(installed, _)| *installed == key)
+            .map(|(_, plugin)| (plugin.info(), plugin.counts()))
+    }
+
+    /// Brings the plugins directory's plugins in service up to date with the directory: loads a
+    /// new or changed `.wasm` (or sidecar) and installs it, removes the plugin of a deleted file,
+    /// and leaves the last good version in service when a changed file does not load. Does
+    /// nothing without a plugins directory.
+    ///
+    /// Reads and hashes every file (a ConfigMap volume replaces files without changing their
+    /// modification time) and compiles what changed: call it through
+    /// `tokio::task::spawn_blocking`.
+    pub fn sync_plugins_dir(&self) -> DirSync {
+        match self.inner.config().plugins_dir.clone() {
+            Some(dir) => self.inner.sync_dir(&dir),
+            None => DirSync::default(),
+        }
     }
 
     /// Decides one election with the plugin implementing `strategy`.
@@ -195,19 +304,24 @@ impl Engine {
         request: &ElectionRequest,
         phases: Option<&mut CallPhases>,
     ) -> Result<Option<String>, CallError> {
-        let plugin = self
-            .inner
+        let snapshot = self.inner.snapshot();
+        let plugin = snapshot
             .get(strategy)
             .ok_or_else(|| CallError::UnknownStrategy {
                 strategy: strategy.to_owned(),
-                known: self.inner.strategy_names(),
+                known: snapshot.strategy_names(),
             })?;
-        match plugin.elect(strategy, request, phases)? {
-            Some(name) if !request.has_candidate(&name) => Err(CallError::InvalidAnswer {
+        let plugin = Arc::clone(plugin);
+        // The call holds its plugin, not the snapshot: a swap meanwhile frees the rest.
+        drop(snapshot);
+        let answer = match plugin.elect(strategy, request, phases) {
+            Ok(Some(name)) if !request.has_candidate(&name) => Err(CallError::InvalidAnswer {
                 strategy: strategy.to_owned(),
                 answer: name,
             }),
-            answer => Ok(answer),
-        }
+            answer => answer,
+        };
+        plugin.count(answer.is_ok());
+        answer
     }
 }

@@ -15,6 +15,7 @@ use conclave_core::time::Timestamp;
 use cpu_time::ThreadTime;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::component::{
     ComponentExportIndex, ComponentNamedList, HasSelf, Instance, Lift, Linker, Lower,
@@ -49,6 +50,13 @@ pub enum PluginSource {
     Builtin(&'static str),
     /// A `.wasm` file.
     File(PathBuf),
+    /// A Kubernetes object (a `StrategyPlugin`), installed while the engine runs.
+    Object {
+        /// The object's name.
+        name: String,
+        /// Where its component came from: an OCI reference, a ConfigMap key, a file.
+        origin: String,
+    },
 }
 
 impl std::fmt::Display for PluginSource {
@@ -56,8 +64,19 @@ impl std::fmt::Display for PluginSource {
         match self {
             Self::Builtin(name) => write!(f, "builtin:{name}"),
             Self::File(path) => write!(f, "{}", path.display()),
+            Self::Object { name, origin } => write!(f, "strategyplugin/{name} ({origin})"),
         }
     }
+}
+
+/// How many elections a plugin decided and failed since it was loaded (a `StrategyPlugin`'s
+/// status reports them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginCounts {
+    /// Calls that answered (a leader, or nobody).
+    pub decided: u64,
+    /// Calls that failed (trap, limit, error, invalid answer).
+    pub failed: u64,
 }
 
 /// What a loaded plugin is: its own `info()` and what the host learned loading it.
@@ -296,6 +315,9 @@ pub(super) struct Plugin {
     reads: convert::Reads,
     settings: String,
     label: Arc<str>,
+    /// Elections it decided (named a leader or nobody) and failed, since it was loaded.
+    decided: AtomicU64,
+    failed: AtomicU64,
 }
 
 /// What `info()` reported, whichever the contract version.
@@ -451,7 +473,28 @@ impl Plugin {
             reads: reported.reads.unwrap_or_else(convert::Reads::everything),
             settings,
             label,
+            decided: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
         })
+    }
+
+    /// Whether it ships with the host.
+    pub(super) fn is_builtin(&self) -> bool {
+        matches!(self.info.source, PluginSource::Builtin(_))
+    }
+
+    /// Counts one call's outcome.
+    pub(super) fn count(&self, decided: bool) {
+        let counter = if decided { &self.decided } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Elections decided and failed since it was loaded.
+    pub(super) fn counts(&self) -> PluginCounts {
+        PluginCounts {
+            decided: self.decided.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
     }
 
     /// What this plugin is.

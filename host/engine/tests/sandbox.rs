@@ -3,7 +3,7 @@
 //! engine keeps serving good plugins afterwards. A plain `std` guest (`fixtures/wasi-guest`) runs only
 //! with `--allow-wasi`, in a context that denies it the filesystem, environment and real clocks.
 
-use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
+use conclave_core::request::{CandidateView, ElectionRequest};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
 use conclave_engine::{
@@ -14,18 +14,8 @@ use std::time::{Duration, Instant};
 
 use conclave_testkit::wasm_build;
 
-const TEMPLATE: &str = include_str!("fixtures/strategy.wat");
-
-/// A fixture plugin claiming strategy `name`, whose `elect` runs `body`.
-fn fixture(name: &str, body: &str) -> String {
-    assert!(name.len() <= 64);
-    let len = u32::try_from(name.len()).unwrap().to_le_bytes();
-    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
-    TEMPLATE
-        .replace("{{NAME_LEN}}", &len)
-        .replace("{{NAME}}", name)
-        .replace("{{ELECT}}", body)
-}
+mod common;
+use common::{candidate, fixture, request};
 
 const LOOP: &str = "(loop $spin (br $spin)) (unreachable)";
 const MEMORY_BOMB: &str =
@@ -70,35 +60,6 @@ fn sandbox() -> (tempfile::TempDir, Engine) {
     write_plugin(dir.path(), "refuse", "test/refuse", REFUSE);
     let engine = engine_with(dir.path()).expect("fixtures load");
     (dir, engine)
-}
-
-fn candidate(name: &str, binary: &str, emulation: &str) -> CandidateView {
-    CandidateView {
-        name: name.into(),
-        binary_version: binary.into(),
-        emulation_version: emulation.into(),
-        strategy: OLDEST_EMULATION_VERSION.into(),
-        creation_time: Some(Timestamp::from_secs(1_700_000_000)),
-        ..CandidateView::default()
-    }
-}
-
-fn request(strategy: &str) -> ElectionRequest {
-    ElectionRequest {
-        lease: LeaseView {
-            namespace: "kube-system".into(),
-            name: "kube-scheduler".into(),
-            strategy: strategy.into(),
-            expired: true,
-            ..LeaseView::default()
-        },
-        now: Timestamp::from_secs(1_800_000_000),
-        settings: String::new(),
-        candidates: vec![
-            candidate("new", "1.33.0", "1.33.0"),
-            candidate("old", "1.32.0", "1.32.0"),
-        ],
-    }
 }
 
 /// The built-in strategy still answers correctly on the same engine.
