@@ -36,6 +36,9 @@ enum Command {
         after_long_help = conclave::status::long_help()
     )]
     Status(conclave::status::StatusArgs),
+    /// Print the CustomResourceDefinition of StrategyPlugin (conclave.dev/v1alpha1) as YAML,
+    /// for `kubectl apply -f -` without the chart.
+    Crd,
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -54,6 +57,10 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Run(args) => conclave::run::run(args),
         Command::Strategy(args) => conclave::strategy::run(args),
         Command::Demo(args) => conclave::demo::run(args),
+        Command::Crd => {
+            print!("{}", conclave_api::crd_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status(args) => {
             conclave::status::run(args, invocation).map(|()| ExitCode::SUCCESS)
         }

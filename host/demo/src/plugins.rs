@@ -65,7 +65,7 @@ fn choose(engine: &Engine, wanted: Option<&str>) -> Option<(String, PathBuf)> {
         .into_iter()
         .filter_map(|info| match &info.plugin.source {
             PluginSource::File(path) => Some((info.name.clone(), path.clone())),
-            PluginSource::Builtin(_) => None,
+            PluginSource::Builtin(_) | PluginSource::Object { .. } => None,
         })
         .collect();
     if let Some(wanted) = wanted {
