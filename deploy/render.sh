@@ -31,6 +31,7 @@ render() {
     (cd "$here/helm" && "$helm" template conclave ./conclave \
         --namespace conclave-system \
         --kube-version 1.33.0 \
+        --include-crds \
         --set namespace.create=true)
 }
 

@@ -89,6 +89,29 @@ pub struct RunArgs {
     /// Needs get, list and watch on pods; without them, one warning and failover at expiry.
     #[arg(long, env = "CONCLAVE_POD_LIVENESS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
     pub pod_liveness: bool,
+    /// Load StrategyPlugin objects (conclave.dev/v1alpha1) live: watch them, pull and compile
+    /// their plugins, and report each one's status. `off` serves only the built-in plugins and
+    /// --plugins DIR. Needs the CRD (`conclave crd`); without it the controller logs a warning and
+    /// keeps retrying.
+    #[arg(long, env = "CONCLAVE_STRATEGY_PLUGINS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    pub strategy_plugins: bool,
+    /// A registry (HOST:PORT, as in a StrategyPlugin's reference) reached over plain HTTP
+    /// instead of HTTPS; repeat or separate with commas. For a registry on loopback or inside a
+    /// trusted network only.
+    #[arg(
+        long,
+        env = "CONCLAVE_PLAIN_HTTP_REGISTRIES",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub plain_http_registry: Vec<String>,
+    /// The bound on each step of pulling a StrategyPlugin's component (connect, manifest, blob).
+    #[arg(long, env = "CONCLAVE_PLUGIN_PULL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub plugin_pull_timeout: Duration,
+    /// How often the plugins directory and the ConfigMap and file sources of StrategyPlugins are
+    /// read again (a ConfigMap volume or image volume updated in place is picked up then).
+    #[arg(long, env = "CONCLAVE_PLUGIN_RESYNC", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub plugin_resync: Duration,
 }
 
 /// `on` or `off` (also `true`/`false`), for switches written as `--flag=on`.
@@ -202,7 +225,28 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("shutting down: finishing in-flight work, then releasing the Lease");
         signal.cancel();
     });
-    match controller::run(client, Arc::new(engine), config, shutdown).await {
+    let plugin_objects =
+        args.strategy_plugins
+            .then(|| controller::plugin_objects::PluginObjectsConfig {
+                engine: engine.clone(),
+                plugins_dir: args.plugins.clone(),
+                namespace: namespace.name.clone(),
+                oci: conclave_oci::ClientOptions {
+                    timeout: args.plugin_pull_timeout,
+                    plain_http: args.plain_http_registry.clone(),
+                    ..conclave_oci::ClientOptions::default()
+                },
+                resync: args.plugin_resync,
+            });
+    match controller::run_with_plugin_objects(
+        client,
+        Arc::new(engine),
+        config,
+        plugin_objects,
+        shutdown,
+    )
+    .await
+    {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(controller::Error::OwnLeaseBlocked(blocked)) => {
             tracing::error!(

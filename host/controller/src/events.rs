@@ -153,6 +153,19 @@ impl Events {
         self.publish_related(lease, key, reason, note, Some(related));
     }
 
+    /// Queues `event` about any object (a `StrategyPlugin`: an object of the cluster scope's
+    /// Events land in namespace `default`). Never waits: a full queue drops it with a warning.
+    pub fn publish_object(&self, reference: ObjectReference, event: Event) {
+        let reason = event.reason.clone();
+        if self.queue.try_send(Pending { event, reference }).is_err() {
+            tracing::warn!(
+                reason,
+                queued = QUEUED,
+                "too many Events waiting to be published; this one is dropped"
+            );
+        }
+    }
+
     fn publish_related(
         &self,
         lease: Option<&Lease>,

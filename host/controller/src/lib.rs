@@ -34,6 +34,7 @@ mod latency;
 pub mod leadership;
 pub mod metrics;
 pub mod own_writes;
+pub mod plugin_objects;
 pub mod pods;
 pub mod queue;
 pub mod reconcile;
@@ -368,6 +369,19 @@ pub async fn run(
     config: ControllerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    run_with_plugin_objects(client, decider, config, None, shutdown).await
+}
+
+/// [`run`], also loading `StrategyPlugin` objects into `plugin_objects.engine` (which should be
+/// the engine behind `decider`) on every replica, the active one writing their status
+/// ([`plugin_objects`]).
+pub async fn run_with_plugin_objects(
+    client: Client,
+    decider: Arc<dyn Decide>,
+    config: ControllerConfig,
+    plugin_objects: Option<plugin_objects::PluginObjectsConfig>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     if config.workers == 0 {
         return Err(Error::Config("--workers must be at least 1".into()));
     }
@@ -438,6 +452,14 @@ pub async fn run(
         tasks.spawn(watch_builtin(ctx.clone(), shutdown.clone()));
     }
     tasks.spawn(count_candidates(ctx.clone(), shutdown.clone()));
+    if let Some(plugins) = plugin_objects {
+        tasks.spawn(plugin_objects::run(
+            ctx.clone(),
+            plugins,
+            leadership.clone(),
+            shutdown.clone(),
+        ));
+    }
 
     ctx.caches.wait_until_ready().await;
     readiness.synced();

@@ -220,9 +220,47 @@ pub struct Metrics {
     pub writes_dropped: Family<OperationLabels, Counter>,
     /// Whether this replica is the active one (1) or a follower (0).
     pub active: Gauge,
+    /// `StrategyPlugin` objects by whether their spec's version serves (`ready` `true`) or
+    /// their last load failed (`false`).
+    pub plugin_objects: Family<ReadyLabels, Gauge>,
+    /// Plugin loads that failed (objects and the plugins directory), by reason.
+    pub plugin_load_failures: Family<ReasonLabels, Counter>,
+}
+
+/// Labels of [`Metrics::plugin_objects`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadyLabels {
+    /// `true` or `false`.
+    pub ready: &'static str,
+}
+
+/// Labels naming a reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The reason, as in the `Ready` condition (`PullFailed`, `InvalidComponent`, ...) or
+    /// `PluginsDir`.
+    pub reason: String,
 }
 
 impl Metrics {
+    /// Sets the `StrategyPlugin` gauges.
+    pub fn set_plugin_objects(&self, ready: usize, failed: usize) {
+        for (label, count) in [("true", ready), ("false", failed)] {
+            self.plugin_objects
+                .get_or_create(&ReadyLabels { ready: label })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts a failed plugin load.
+    pub fn plugin_load_failed(&self, reason: &str) {
+        self.plugin_load_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     /// Creates the metrics and registers them in `registry` under the `conclave` prefix.
     pub fn new(registry: &mut Registry) -> Self {
         let metrics = Self {
@@ -245,6 +283,8 @@ impl Metrics {
             writes: Family::default(),
             writes_dropped: Family::default(),
             active: Gauge::default(),
+            plugin_objects: Family::default(),
+            plugin_load_failures: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("conclave");
         r.register(
@@ -324,6 +364,18 @@ impl Metrics {
             "Holders declared dead by pod liveness (the kubelet reported their container \
              terminated or replaced, or their Pod was deleted) before their Lease expired",
             metrics.holders_dead.clone(),
+        );
+        r.register(
+            "strategy_plugins",
+            "StrategyPlugin objects by whether their version serves (ready=true) or their last \
+             load failed (ready=false)",
+            metrics.plugin_objects.clone(),
+        );
+        r.register(
+            "strategy_plugin_load_failures",
+            "Strategy plugin loads that failed (StrategyPlugin objects and the plugins \
+             directory), by reason",
+            metrics.plugin_load_failures.clone(),
         );
         r.register(
             "pod_liveness",

@@ -126,6 +126,34 @@ impl PreparedPlugin {
     pub fn info(&self) -> Arc<PluginInfo> {
         self.plugin.info()
     }
+
+    /// Runs one election with no candidates for each of its strategies, under its configured
+    /// settings, as a check before it serves: the contract's answer is "nobody", and a plugin
+    /// that fails instead (its settings are missing or invalid, typically) would fail every
+    /// election of its Leases.
+    pub fn trial(&self) -> Result<(), CallError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        for strategy in &self.plugin.info().strategies {
+            let request = ElectionRequest {
+                lease: conclave_core::request::LeaseView {
+                    namespace: "default".into(),
+                    name: "trial".into(),
+                    strategy: strategy.clone(),
+                    expired: true,
+                    ..conclave_core::request::LeaseView::default()
+                },
+                now: conclave_core::time::Timestamp::from_secs(
+                    i64::try_from(now).unwrap_or(i64::MAX),
+                ),
+                settings: String::new(),
+                candidates: Vec::new(),
+            };
+            self.plugin.elect(strategy, &request, None)?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for PreparedPlugin {

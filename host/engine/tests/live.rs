@@ -195,3 +195,16 @@ fn a_watched_plugins_directory_loads_changes_keeps_the_last_good_version_and_dro
     assert!(!engine.has_strategy("test/a"));
     assert!(engine.has_strategy("test/b"));
 }
+
+#[test]
+fn a_trial_election_tells_a_plugin_that_would_fail_every_election_before_it_serves() {
+    let engine = engine();
+    prepare(&engine, "answers", "test/answers", NOBODY)
+        .trial()
+        .expect("a plugin answering nobody passes");
+    let error = prepare(&engine, "refuses", "test/refuses", REFUSE)
+        .trial()
+        .unwrap_err();
+    assert!(matches!(error, CallError::PluginError { .. }), "{error}");
+    assert!(error.to_string().contains("cannot decide"), "{error}");
+}
