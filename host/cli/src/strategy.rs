@@ -198,7 +198,10 @@ pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
         } => {
             // Load it as the controller would: a file the engine refuses is not published.
             let target = Target::load_file(&file, &engine).with_context(|| {
-                format!("{} is not a plugin the engine can load; not pushed", file.display())
+                format!(
+                    "{} is not a plugin the engine can load; not pushed",
+                    file.display()
+                )
             })?;
             eprintln!(
                 "loaded {}: strategies {}",

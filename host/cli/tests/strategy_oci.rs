@@ -39,7 +39,10 @@ fn conclave(args: &[&str], stdin: Option<&str>) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // The compiled-code cache of a developer's machine is not what is tested here.
-        .env("CONCLAVE_CACHE_DIR", std::env::temp_dir().join("conclave-oci-test-cache"))
+        .env(
+            "CONCLAVE_CACHE_DIR",
+            std::env::temp_dir().join("conclave-oci-test-cache"),
+        )
         .spawn()
         .expect("run conclave");
     if let Some(input) = stdin {
@@ -97,7 +100,11 @@ fn push(reference: &str, extra: &[&str], stdin: Option<&str>) -> String {
     args.extend_from_slice(extra);
     let out = ok(&conclave(&args, stdin), &format!("push to {reference}"));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 1, "push prints one line, the pinned reference: {out:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "push prints one line, the pinned reference: {out:?}"
+    );
     lines[0].to_owned()
 }
 
@@ -132,7 +139,14 @@ async fn push_prints_a_pinned_reference_and_pull_by_it_returns_the_same_bytes() 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pulled.wasm");
     let pulled = conclave(
-        &["strategy", "pull", &pinned, "-o", out.to_str().unwrap(), "--plain-http"],
+        &[
+            "strategy",
+            "pull",
+            &pinned,
+            "-o",
+            out.to_str().unwrap(),
+            "--plain-http",
+        ],
         None,
     );
     ok(&pulled, "pull by digest");
@@ -143,7 +157,14 @@ async fn push_prints_a_pinned_reference_and_pull_by_it_returns_the_same_bytes() 
     let by_tag = dir.path().join("by-tag.wasm");
     ok(
         &conclave(
-            &["strategy", "pull", &reference, "-o", by_tag.to_str().unwrap(), "--plain-http"],
+            &[
+                "strategy",
+                "pull",
+                &reference,
+                "-o",
+                by_tag.to_str().unwrap(),
+                "--plain-http",
+            ],
             None,
         ),
         "pull by tag",
@@ -163,7 +184,10 @@ async fn push_prints_a_pinned_reference_and_pull_by_it_returns_the_same_bytes() 
         "strategies:  OldestEmulationVersion".to_owned(),
         format!("sha256:      {}", layer.strip_prefix("sha256:").unwrap()),
     ] {
-        assert!(inspected.contains(&line), "inspect lacks {line:?}:\n{inspected}");
+        assert!(
+            inspected.contains(&line),
+            "inspect lacks {line:?}:\n{inspected}"
+        );
     }
 
     // The library the controller calls agrees.
@@ -187,7 +211,10 @@ async fn annotations_given_to_push_come_back_on_pull() {
     };
     let pinned = push(
         &format!("{}/conclave/annotated:v1", registry.host()),
-        &["--annotation", "org.opencontainers.image.source=https://example.com/plugin"],
+        &[
+            "--annotation",
+            "org.opencontainers.image.source=https://example.com/plugin",
+        ],
         None,
     );
     let plugin = conclave_oci::pull(
@@ -218,7 +245,17 @@ async fn a_wrong_digest_is_not_found_and_tampered_content_is_a_digest_mismatch()
     // A digest the registry does not hold: nothing is served, the pull fails as not found.
     let wrong = format!("{reference}@sha256:{}", "0".repeat(64));
     let err = fails(
-        &conclave(&["strategy", "pull", &wrong, "-o", "/dev/null", "--plain-http"], None),
+        &conclave(
+            &[
+                "strategy",
+                "pull",
+                &wrong,
+                "-o",
+                "/dev/null",
+                "--plain-http",
+            ],
+            None,
+        ),
         "pull of an unknown digest",
     );
     assert!(err.contains("not found"), "{err}");
@@ -241,11 +278,23 @@ async fn a_wrong_digest_is_not_found_and_tampered_content_is_a_digest_mismatch()
     layer[last] ^= 0xff;
     std::fs::write(&layer_path, &layer).unwrap();
     let err = fails(
-        &conclave(&["strategy", "pull", &pinned, "-o", "/dev/null", "--plain-http"], None),
+        &conclave(
+            &[
+                "strategy",
+                "pull",
+                &pinned,
+                "-o",
+                "/dev/null",
+                "--plain-http",
+            ],
+            None,
+        ),
         "pull of a corrupted layer",
     );
     assert!(
-        err.contains(&format!("digest mismatch for the layer of {pinned}: expected {layer_digest}")),
+        err.contains(&format!(
+            "digest mismatch for the layer of {pinned}: expected {layer_digest}"
+        )),
         "{err}"
     );
     let lib = conclave_oci::pull(
@@ -268,11 +317,23 @@ async fn a_wrong_digest_is_not_found_and_tampered_content_is_a_digest_mismatch()
     manifest.push(b' ');
     std::fs::write(&manifest_path, &manifest).unwrap();
     let err = fails(
-        &conclave(&["strategy", "pull", &pinned, "-o", "/dev/null", "--plain-http"], None),
+        &conclave(
+            &[
+                "strategy",
+                "pull",
+                &pinned,
+                "-o",
+                "/dev/null",
+                "--plain-http",
+            ],
+            None,
+        ),
         "pull of a rewritten manifest",
     );
     assert!(
-        err.contains(&format!("digest mismatch for the manifest of {pinned}: expected {digest}")),
+        err.contains(&format!(
+            "digest mismatch for the manifest of {pinned}: expected {digest}"
+        )),
         "{err}"
     );
     let lib = conclave_oci::pull(
@@ -283,7 +344,13 @@ async fn a_wrong_digest_is_not_found_and_tampered_content_is_a_digest_mismatch()
     .await
     .unwrap_err();
     assert!(
-        matches!(&lib, OciError::DigestMismatch { what: "manifest", .. }),
+        matches!(
+            &lib,
+            OciError::DigestMismatch {
+                what: "manifest",
+                ..
+            }
+        ),
         "{lib:?}"
     );
     assert_eq!(lib.reason(), "DigestMismatch");
@@ -309,7 +376,13 @@ async fn push_refuses_a_file_that_is_not_a_plugin_the_engine_loads() {
         let reference = format!("{}/broken/{repository}:v1", registry.host());
         let err = fails(
             &conclave(
-                &["strategy", "push", file.to_str().unwrap(), &reference, "--plain-http"],
+                &[
+                    "strategy",
+                    "push",
+                    file.to_str().unwrap(),
+                    &reference,
+                    "--plain-http",
+                ],
                 None,
             ),
             &format!("push of {name}"),
@@ -341,14 +414,26 @@ async fn basic_auth_works_with_the_right_credentials_and_fails_clearly_without()
 
     // No credentials, then a wrong password: refused, and the message says what to check.
     let err = fails(
-        &conclave(&["strategy", "push", file, &reference, "--plain-http"], None),
+        &conclave(
+            &["strategy", "push", file, &reference, "--plain-http"],
+            None,
+        ),
         "anonymous push",
     );
     assert!(err.contains("refused access"), "{err}");
     assert!(err.contains("check the credentials"), "{err}");
     let err = fails(
         &conclave(
-            &["strategy", "push", file, &reference, "--plain-http", "--username", "alice", "--password-stdin"],
+            &[
+                "strategy",
+                "push",
+                file,
+                &reference,
+                "--plain-http",
+                "--username",
+                "alice",
+                "--password-stdin",
+            ],
             Some("wrong\n"),
         ),
         "push with a wrong password",
@@ -363,7 +448,17 @@ async fn basic_auth_works_with_the_right_credentials_and_fails_clearly_without()
 
     // Pull: anonymous is refused; a docker config (an imagePullSecret's content) works.
     let err = fails(
-        &conclave(&["strategy", "pull", &pinned, "-o", "/dev/null", "--plain-http"], None),
+        &conclave(
+            &[
+                "strategy",
+                "pull",
+                &pinned,
+                "-o",
+                "/dev/null",
+                "--plain-http",
+            ],
+            None,
+        ),
         "anonymous pull",
     );
     assert!(err.contains("refused access"), "{err}");
@@ -382,15 +477,24 @@ async fn basic_auth_works_with_the_right_credentials_and_fails_clearly_without()
     let auth = "YWxpY2U6czNjcmV0"; // base64("alice:s3cret")
     std::fs::write(
         &config,
-        format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, registry.host()),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#,
+            registry.host()
+        ),
     )
     .unwrap();
     let out = dir.path().join("pulled.wasm");
     ok(
         &conclave(
             &[
-                "strategy", "pull", &pinned, "-o", out.to_str().unwrap(), "--plain-http",
-                "--docker-config", config.to_str().unwrap(),
+                "strategy",
+                "pull",
+                &pinned,
+                "-o",
+                out.to_str().unwrap(),
+                "--plain-http",
+                "--docker-config",
+                config.to_str().unwrap(),
             ],
             None,
         ),
@@ -400,9 +504,13 @@ async fn basic_auth_works_with_the_right_credentials_and_fails_clearly_without()
 
     let json = std::fs::read(&config).unwrap();
     let credentials = Credentials::from_docker_config(&json, &registry.host()).unwrap();
-    let plugin = conclave_oci::pull(&Reference::parse(&pinned).unwrap(), &credentials, &options(&registry))
-        .await
-        .unwrap();
+    let plugin = conclave_oci::pull(
+        &Reference::parse(&pinned).unwrap(),
+        &credentials,
+        &options(&registry),
+    )
+    .await
+    .unwrap();
     assert_eq!(plugin.component, plugin_bytes());
 }
 
@@ -437,12 +545,23 @@ async fn skopeo_reads_the_cncf_media_types_of_a_pushed_plugin() {
         let target = format!("docker://{}", pinned.replace(":v1@", "@"));
         args.push(&target);
         let output = Command::new(skopeo).args(&args).output().unwrap();
-        assert!(output.status.success(), "skopeo {args:?}: {}", stderr(&output));
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)))
+        assert!(
+            output.status.success(),
+            "skopeo {args:?}: {}",
+            stderr(&output)
+        );
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)))
     };
     let manifest = inspect(&[]);
-    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
-    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
     let layers = manifest["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1, "{manifest}");
     assert_eq!(layers[0]["mediaType"], "application/wasm");
@@ -455,8 +574,15 @@ async fn skopeo_reads_the_cncf_media_types_of_a_pushed_plugin() {
     assert_eq!(config["architecture"], "wasm", "{config}");
     assert_eq!(config["os"], "wasip2", "{config}");
     assert_eq!(config["layerDigests"][0], layer_digest.as_str(), "{config}");
-    let exports = config["component"]["exports"].to_string();
-    assert!(exports.contains("conclave:strategy"), "{config}");
+    // The plugin's world: it exports the contract's `info` and `elect`, imports its log.
+    let exports = &config["component"]["exports"];
+    assert!(
+        exports.as_array().unwrap().iter().any(|e| e == "elect")
+            && exports.as_array().unwrap().iter().any(|e| e == "info"),
+        "{config}"
+    );
+    let imports = config["component"]["imports"].to_string();
+    assert!(imports.contains("conclave:strategy/log@0.2.0"), "{config}");
 }
 
 /// The manifest of an artifact in Kubewarden's layout (config and layer types of the older
@@ -506,7 +632,14 @@ async fn an_artifact_in_the_kubewarden_layout_pulls_and_a_container_image_is_ref
     let out = dir.path().join("kw.wasm");
     ok(
         &conclave(
-            &["strategy", "pull", &pinned, "-o", out.to_str().unwrap(), "--plain-http"],
+            &[
+                "strategy",
+                "pull",
+                &pinned,
+                "-o",
+                out.to_str().unwrap(),
+                "--plain-http",
+            ],
             None,
         ),
         "pull of the Kubewarden layout",
@@ -524,8 +657,14 @@ async fn an_artifact_in_the_kubewarden_layout_pulls_and_a_container_image_is_ref
         )),
         "{inspected}"
     );
-    assert!(inspected.contains("annotation:  io.kubewarden.policy.title=oldest"), "{inspected}");
-    assert!(inspected.contains("strategies:  OldestEmulationVersion"), "{inspected}");
+    assert!(
+        inspected.contains("annotation:  io.kubewarden.policy.title=oldest"),
+        "{inspected}"
+    );
+    assert!(
+        inspected.contains("strategies:  OldestEmulationVersion"),
+        "{inspected}"
+    );
 
     // A container image (a tar+gzip layer) is not a plugin: refused before its layer is fetched.
     let tar = b"not really a tarball";
@@ -543,7 +682,17 @@ async fn an_artifact_in_the_kubewarden_layout_pulls_and_a_container_image_is_ref
         .unwrap();
     let image = format!("{}/app/image@{digest}", registry.host());
     let err = fails(
-        &conclave(&["strategy", "pull", &image, "-o", "/dev/null", "--plain-http"], None),
+        &conclave(
+            &[
+                "strategy",
+                "pull",
+                &image,
+                "-o",
+                "/dev/null",
+                "--plain-http",
+            ],
+            None,
+        ),
         "pull of a container image",
     );
     assert!(err.contains("is not a WebAssembly artifact"), "{err}");
@@ -573,11 +722,8 @@ async fn a_registry_that_never_answers_fails_the_pull_with_a_timeout() {
             held.push(stream);
         }
     });
-    let reference = Reference::parse(&format!(
-        "{host}/conclave/oldest@sha256:{}",
-        "a".repeat(64)
-    ))
-    .unwrap();
+    let reference =
+        Reference::parse(&format!("{host}/conclave/oldest@sha256:{}", "a".repeat(64))).unwrap();
     let timeout = Duration::from_secs(2);
     let options = ClientOptions::default()
         .with_plain_http(host.clone())
@@ -589,19 +735,35 @@ async fn a_registry_that_never_answers_fails_the_pull_with_a_timeout() {
     let elapsed = started.elapsed();
     assert!(matches!(err, OciError::Timeout { .. }), "{err:?}");
     assert_eq!(err.reason(), "PullFailed");
-    assert!(elapsed >= timeout / 2 && elapsed < Duration::from_secs(15), "{elapsed:?}");
+    assert!(
+        elapsed >= timeout / 2 && elapsed < Duration::from_secs(15),
+        "{elapsed:?}"
+    );
 
     let started = Instant::now();
     let err = fails(
         &conclave(
             &[
-                "strategy", "pull", &reference.to_string(), "-o", "/dev/null", "--plain-http",
-                "--registry-timeout", "2s",
+                "strategy",
+                "pull",
+                &reference.to_string(),
+                "-o",
+                "/dev/null",
+                "--plain-http",
+                "--registry-timeout",
+                "2s",
             ],
             None,
         ),
         "pull from a silent registry",
     );
-    assert!(err.contains(&format!("registry {host} did not answer")), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        err.contains(&format!("registry {host} did not answer")),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -99,8 +99,7 @@ pub fn push(
     registry: &RegistryArgs,
 ) -> anyhow::Result<()> {
     let reference = parse_reference(reference)?;
-    let component =
-        std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let component = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let credentials = registry.credentials(&reference)?;
     let options = registry.options(&reference);
     let annotations: BTreeMap<String, String> = annotations.into_iter().collect();
@@ -140,7 +139,11 @@ pub fn pull(reference: &str, output: Option<&Path>, registry: &RegistryArgs) -> 
     let output = match output {
         Some(path) => path,
         None => {
-            let name = reference.repository().rsplit('/').next().unwrap_or("plugin");
+            let name = reference
+                .repository()
+                .rsplit('/')
+                .next()
+                .unwrap_or("plugin");
             default_name = PathBuf::from(format!("{name}.wasm"));
             &default_name
         }
@@ -167,9 +170,15 @@ pub fn pull(reference: &str, output: Option<&Path>, registry: &RegistryArgs) -> 
 /// The lines `inspect` prints about where a pulled plugin came from.
 pub fn describe(reference: &Reference, pulled: &PulledPlugin) -> anyhow::Result<Vec<String>> {
     let mut lines = vec![
-        format!("reference:   {}", reference.with_digest(&pulled.manifest_digest)?),
+        format!(
+            "reference:   {}",
+            reference.with_digest(&pulled.manifest_digest)?
+        ),
         format!("manifest:    {}", pulled.manifest_digest),
-        format!("layer:       {} ({})", pulled.layer_digest, pulled.media_type),
+        format!(
+            "layer:       {} ({})",
+            pulled.layer_digest, pulled.media_type
+        ),
     ];
     for (key, value) in &pulled.annotations {
         lines.push(format!("annotation:  {key}={value}"));
