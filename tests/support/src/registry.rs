@@ -77,14 +77,13 @@ impl Registry {
     /// printing a SKIP line when it is missing and `CONCLAVE_REQUIRE_REGISTRY` is unset, and
     /// [`Error::RegistryMissing`] when it is set.
     pub fn locate() -> Result<Option<PathBuf>, Error> {
-        let found = std::env::var_os(BINARY_ENV)
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::split_paths(&std::env::var_os("PATH")?)
-                    .map(|dir| dir.join("docker-registry"))
-                    .find(|p| p.is_file())
-            });
+        let found = match std::env::var_os(BINARY_ENV).filter(|p| !p.is_empty()) {
+            // An override that names no file is missing, not a reason to look elsewhere.
+            Some(path) => Some(PathBuf::from(path)).filter(|p| p.is_file()),
+            None => std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .map(|dir| dir.join("docker-registry"))
+                .find(|p| p.is_file()),
+        };
         if found.is_none() {
             if std::env::var_os(REGISTRY_REQUIRE_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
                 return Err(Error::RegistryMissing);
