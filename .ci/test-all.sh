@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 rustup target add wasm32-wasip2 >/dev/null
-for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh .ci/prepare-prometheus.sh; do
+for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh .ci/prepare-prometheus.sh .ci/prepare-registry.sh; do
   if [ -f "$prepare" ]; then bash "$prepare"; fi
 done
 
@@ -23,6 +23,10 @@ export CONCLAVE_REQUIRE_KUBE=1 CONCLAVE_REQUIRE_NODE=1 CONCLAVE_REQUIRE_KUBECTL=
 # on a real Prometheus scraping `conclave run`) needs Debian's prometheus server, which
 # .ci/prepare-prometheus.sh installs with promtool.
 export CONCLAVE_REQUIRE_PROMETHEUS=1
+# The OCI plugin tests (host/cli/tests/strategy_oci.rs: push, pull, auth, digests, timeouts
+# against a real registry, and skopeo reading what was pushed) need Debian's docker-registry and
+# skopeo, which .ci/prepare-registry.sh installs.
+export CONCLAVE_REQUIRE_REGISTRY=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
 export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
 

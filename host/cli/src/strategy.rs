@@ -1,4 +1,7 @@
-//! `conclave strategy`: test a plugin against vectors, inspect it, benchmark it.
+//! `conclave strategy`: test a plugin against vectors, inspect it, benchmark it, push it to and
+//! pull it from an OCI registry.
+
+mod registry;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -17,7 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Work with strategy plugins: run test vectors, inspect, benchmark.
+/// Work with strategy plugins: run test vectors, inspect, benchmark, push and pull.
 #[derive(Debug, Args)]
 pub struct StrategyArgs {
     #[command(subcommand)]
@@ -45,10 +48,43 @@ enum StrategyCommand {
     },
     /// Print a plugin's names, description, version, imports, size, sha256 and load time.
     Inspect {
-        /// A `.wasm` file, or the name of a built-in strategy.
+        /// A `.wasm` file, the name of a built-in strategy, or an OCI reference
+        /// (`registry/repository[:tag][@sha256:...]`), pulled and verified first (its digests are
+        /// printed too).
         plugin: String,
         #[command(flatten)]
         engine: EngineArgs,
+        #[command(flatten)]
+        registry: registry::RegistryArgs,
+    },
+    /// Publish a plugin to an OCI registry in the CNCF layout for WebAssembly; prints the
+    /// reference pinned by digest (REFERENCE@sha256:...), for a StrategyPlugin's source.
+    ///
+    /// The file must load in the engine as `inspect` loads it: a broken plugin is not published.
+    Push {
+        /// The component file (`.wasm`).
+        file: PathBuf,
+        /// Where to publish it: `registry/repository[:tag]` (default tag `latest`).
+        reference: String,
+        /// A manifest annotation, KEY=VALUE (repeatable), e.g.
+        /// `org.opencontainers.image.source=https://github.com/org/plugin`.
+        #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = registry::key_value)]
+        annotations: Vec<(String, String)>,
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[command(flatten)]
+        registry: registry::RegistryArgs,
+    },
+    /// Pull a plugin from an OCI registry, verifying its digests, and write the component.
+    Pull {
+        /// `registry/repository[:tag][@sha256:...]`; with a digest, nothing else is accepted.
+        reference: String,
+        /// Where to write the component (`-` for stdout); default: the repository's last path
+        /// component with `.wasm`, in the current directory.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        registry: registry::RegistryArgs,
     },
     /// Measure per-decision latency through the engine (and, for built-ins, natively).
     Bench {
@@ -148,7 +184,37 @@ pub fn run(args: StrategyArgs) -> anyhow::Result<ExitCode> {
             strategy,
             engine,
         } => test(&plugin, &vectors, strategy.as_deref(), &engine),
-        StrategyCommand::Inspect { plugin, engine } => inspect(&plugin, &engine),
+        StrategyCommand::Inspect {
+            plugin,
+            engine,
+            registry,
+        } => inspect(&plugin, &engine, &registry),
+        StrategyCommand::Push {
+            file,
+            reference,
+            annotations,
+            engine,
+            registry,
+        } => {
+            // Load it as the controller would: a file the engine refuses is not published.
+            let target = Target::load_file(&file, &engine).with_context(|| {
+                format!(
+                    "{} is not a plugin the engine can load; not pushed",
+                    file.display()
+                )
+            })?;
+            eprintln!(
+                "loaded {}: strategies {}",
+                file.display(),
+                target.plugin.strategies.join(", ")
+            );
+            registry::push(&file, &reference, annotations, &registry).map(|()| ExitCode::SUCCESS)
+        }
+        StrategyCommand::Pull {
+            reference,
+            output,
+            registry,
+        } => registry::pull(&reference, output.as_deref(), &registry).map(|()| ExitCode::SUCCESS),
         StrategyCommand::Bench {
             plugins,
             candidates,
@@ -182,17 +248,7 @@ impl Target {
     fn load(plugin: &str, args: &EngineArgs) -> anyhow::Result<Self> {
         let path = Path::new(plugin);
         if plugin.ends_with(".wasm") || path.is_file() {
-            let engine = Engine::from_file(args.config(), path)?;
-            let info = engine
-                .plugins()
-                .into_iter()
-                .next()
-                .context("the plugin file loaded no plugin")?;
-            return Ok(Self {
-                engine,
-                plugin: info,
-                named: None,
-            });
+            return Self::load_file(path, args);
         }
         let engine = Engine::new(args.config())?;
         let Some(info) = engine
@@ -211,6 +267,21 @@ impl Target {
             engine,
             plugin: info,
             named: Some(plugin.to_owned()),
+        })
+    }
+
+    /// Loads exactly the plugin file at `path` (and its sidecar, if any).
+    fn load_file(path: &Path, args: &EngineArgs) -> anyhow::Result<Self> {
+        let engine = Engine::from_file(args.config(), path)?;
+        let info = engine
+            .plugins()
+            .into_iter()
+            .next()
+            .context("the plugin file loaded no plugin")?;
+        Ok(Self {
+            engine,
+            plugin: info,
+            named: None,
         })
     }
 
@@ -547,10 +618,33 @@ fn test(
     })
 }
 
-fn inspect(plugin: &str, args: &EngineArgs) -> anyhow::Result<ExitCode> {
-    let target = Target::load(plugin, args)?;
-    let info = &target.plugin;
-    println!("source:      {}", info.source);
+fn inspect(
+    plugin: &str,
+    args: &EngineArgs,
+    registry: &registry::RegistryArgs,
+) -> anyhow::Result<ExitCode> {
+    if !registry::is_reference(plugin) {
+        let target = Target::load(plugin, args)?;
+        println!("source:      {}", target.plugin.source);
+        print_info(&target.plugin);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A reference: pull it (verified) into memory, then load it as a file would be.
+    let reference = conclave_oci::Reference::parse(plugin)?;
+    let pulled = registry::fetch(&reference, registry)?;
+    let (_dir, path) = registry::to_temp_file(&pulled)?;
+    let target = Target::load_file(&path, args)
+        .with_context(|| format!("{reference} is not a plugin the engine can load"))?;
+    println!("source:      {reference}");
+    for line in registry::describe(&reference, &pulled)? {
+        println!("{line}");
+    }
+    print_info(&target.plugin);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `inspect` prints about a loaded plugin, after its source.
+fn print_info(info: &PluginInfo) {
     println!("strategies:  {}", info.strategies.join(", "));
     println!("description: {}", info.description);
     println!("version:     {}", info.version);
@@ -582,7 +676,6 @@ fn inspect(plugin: &str, args: &EngineArgs) -> anyhow::Result<ExitCode> {
         },
         info.load.elapsed.as_secs_f64() * 1e3
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A deterministic election with `n` candidates of mixed versions and ages, spread over zones

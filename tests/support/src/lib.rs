@@ -26,6 +26,10 @@
 //! evaluating the rule files a test names, and answers queries through its HTTP API; it skips
 //! (or fails, with `CONCLAVE_REQUIRE_PROMETHEUS=1`) when the binary is missing.
 //!
+//! [`Registry`] runs Debian's `docker-registry` (the CNCF distribution registry) on loopback,
+//! anonymous or behind basic auth, for the OCI plugin tests; it skips (or fails, with
+//! `CONCLAVE_REQUIRE_REGISTRY=1`) when the binary is missing.
+//!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
 //! is an error instead.
@@ -43,6 +47,7 @@ mod observer;
 mod pki;
 mod process;
 mod prometheus;
+mod registry;
 mod sets;
 mod stall;
 
@@ -63,6 +68,7 @@ pub use node::{NODE_NAME, NODE_REQUIRE_ENV, Node, PROBE_IMAGE};
 pub use observer::Observer;
 pub use process::ManagedProcess;
 pub use prometheus::{PROMETHEUS_REQUIRE_ENV, Prometheus, PrometheusConfig};
+pub use registry::{REGISTRY_REQUIRE_ENV, Registry, RegistryResponse};
 pub use sets::{SeededSets, oldest_emulation_winner};
 pub use stall::{Stall, StallTarget};
 
@@ -159,6 +165,13 @@ pub enum Error {
         /// What went wrong: the API's error type and message, or the transport's.
         message: String,
     },
+    /// `docker-registry` is missing while `CONCLAVE_REQUIRE_REGISTRY` demands it.
+    #[error(
+        "docker-registry not found: run .ci/prepare-registry.sh (Debian's docker-registry) or set \
+         CONCLAVE_REGISTRY_BINARY (CONCLAVE_REQUIRE_REGISTRY is set, so this is an error rather \
+         than a skip)"
+    )]
+    RegistryMissing,
     /// A caller passed an argument the harness cannot honour.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
