@@ -155,7 +155,10 @@ impl Events {
 
     /// Queues `event` about any object (a `StrategyPlugin`: an object of the cluster scope's
     /// Events land in namespace `default`). Never waits: a full queue drops it with a warning.
-    pub fn publish_object(&self, reference: ObjectReference, event: Event) {
+    pub fn publish_object(&self, reference: ObjectReference, mut event: Event) {
+        if let Some(note) = event.note.as_mut() {
+            truncate_utf8(note, NOTE_LIMIT);
+        }
         let reason = event.reason.clone();
         if self.queue.try_send(Pending { event, reference }).is_err() {
             tracing::warn!(
@@ -214,7 +217,11 @@ impl Publisher {
         if event.type_ == EventType::Warning {
             return self.recorder.publish(event, reference).await;
         }
-        let namespace = reference.namespace.clone().unwrap_or_default();
+        // A cluster-scoped object's Events go to `default`, as kube-rs's Recorder puts them.
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let now = jiff::Timestamp::now();
         let object = K8sEvent {
             metadata: ObjectMeta {

@@ -43,6 +43,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// The longest reason given in a condition's message (an Event's note is cut to 1 kB anyway).
+const MESSAGE_LIMIT: usize = 900;
+
 /// How often the loop wakes up without an event: leadership changes, due retries.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -492,7 +495,8 @@ impl Job {
     }
 }
 
-/// An error and its causes, in one line.
+/// An error and its causes, in one line (a cause may print a multi-line dump), at most
+/// [`MESSAGE_LIMIT`] bytes.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -501,6 +505,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         text.push_str(&cause.to_string());
         source = cause.source();
     }
+    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    conclave_core::text::truncate_utf8(&mut text, MESSAGE_LIMIT);
     text
 }
 
@@ -844,7 +850,8 @@ async fn write_statuses(
                     .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY));
                 let ready = &status.conditions[0];
                 if shown.is_none_or(|c| {
-                    (&c.status, &c.reason, &c.message) != (&ready.status, &ready.reason, &ready.message)
+                    (&c.status, &c.reason, &c.message)
+                        != (&ready.status, &ready.reason, &ready.message)
                 }) {
                     let type_ = if ready.status == "True" {
                         EventType::Normal

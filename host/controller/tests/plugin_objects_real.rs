@@ -6,11 +6,13 @@
 
 mod controller_support;
 
-use conclave_api::{ConfigMapSource, PluginSource, READY, StrategyPlugin, StrategyPluginSpec};
+use conclave_api::{
+    ConfigMapSource, OciSource, PluginSource, READY, StrategyPlugin, StrategyPluginSpec,
+};
 use conclave_controller::plugin_objects::PluginObjectsConfig;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_engine::{Engine, EngineConfig};
-use conclave_testkit::{ControlPlane, wasm_build};
+use conclave_testkit::{ControlPlane, Registry, wasm_build};
 use controller_support::{CoordinatedHolder, WAIT, candidate_in, config, wait_event, wait_lease};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -151,6 +153,9 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
     let Some(plane) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
+    let Some(registry) = Registry::start().await.expect("registry") else {
+        return;
+    };
     let _hold = plane
         .hold_builtin_controller_lease()
         .await
@@ -165,7 +170,8 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
     // Cluster-scoped: the names carry the namespace, so a shared control plane keeps tests apart.
     let name = |n: &str| format!("{ns}-{n}");
 
-    let built = wasm_build::build_plugins(&["zone-affinity", "oldest-emulation-version"]);
+    let built =
+        wasm_build::build_plugins(&["zone-affinity", "oldest-emulation-version", "priority"]);
     let zone_affinity = std::fs::read(built.join("zone_affinity.wasm"))
         .or_else(|_| std::fs::read(built.join("zone-affinity.wasm")))
         .expect("zone-affinity built");
@@ -192,7 +198,7 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
         engine: engine.clone(),
         plugins_dir: None,
         namespace: ns.clone(),
-        oci: conclave_oci::ClientOptions::default(),
+        oci: conclave_oci::ClientOptions::default().with_plain_http(registry.host()),
         resync: Duration::from_secs(1),
     };
     let shutdown = CancellationToken::new();
@@ -340,6 +346,60 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
         r.holder() == Some("y")
     })
     .await;
+
+    // From an OCI registry: push (as `conclave strategy push` does), apply by digest, elect.
+    let priority = std::fs::read(built.join("priority.wasm")).expect("priority built");
+    let pushed = conclave_oci::push(
+        &priority,
+        &conclave_oci::Reference::parse(&format!("{}/strategies/priority:1", registry.host()))
+            .unwrap(),
+        &conclave_oci::Credentials::Anonymous,
+        &conclave_oci::ClientOptions::default().with_plain_http(registry.host()),
+        BTreeMap::new(),
+    )
+    .await
+    .expect("pushing the priority plugin");
+    let oci = |reference: String| StrategyPluginSpec {
+        source: PluginSource {
+            oci: Some(OciSource {
+                reference,
+                pull_secret: None,
+            }),
+            ..PluginSource::default()
+        },
+        ..from_config_map("unused", "unused", None)
+    };
+    apply(
+        &plugins,
+        &name("priority"),
+        oci(pushed.reference_with_digest.to_string()),
+    )
+    .await;
+    let pulled = wait_ready(&plugins, &name("priority"), "True", "Loaded").await;
+    assert_eq!(pulled.status.unwrap().strategies, ["conclave.dev/priority"]);
+    let _p = candidate_in(
+        &client,
+        &ns,
+        "p",
+        "prioritised",
+        "1.37.0",
+        "1.37.0",
+        "conclave.dev/priority",
+    )
+    .await;
+    wait_lease(&leases, "prioritised", "p to hold", |r| {
+        r.holder() == Some("p")
+    })
+    .await;
+    // A reference whose digest the registry does not hold fails to pull; pinned to nothing, the
+    // spec is refused as it stands.
+    let absent = format!(
+        "{}/strategies/priority@sha256:{}",
+        registry.host(),
+        "0".repeat(64)
+    );
+    apply(&plugins, &name("absent"), oci(absent)).await;
+    wait_ready(&plugins, &name("absent"), "False", "PullFailed").await;
 
     // Deleted, its strategy is gone.
     plugins

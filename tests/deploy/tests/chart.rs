@@ -63,16 +63,20 @@ fn manifests_contain_every_deployment_object() {
         "PodDisruptionBudget",
         "Service",
         "NetworkPolicy",
+        "CustomResourceDefinition",
     ] {
         assert!(
             kinds.contains(&kind),
             "no {kind} in deploy/manifests.yaml (kinds: {kinds:?})"
         );
     }
-    // The Namespace comes first so a plain `kubectl apply -f` creates it before its contents.
-    assert_eq!(
-        kinds.first(),
-        Some(&"Namespace"),
+    // The Namespace comes before its contents so a plain `kubectl apply -f` creates it first;
+    // only the cluster-scoped CRD (Helm puts crds/ first) may precede it.
+    assert!(
+        kinds
+            .iter()
+            .take_while(|kind| **kind != "Namespace")
+            .all(|kind| *kind == "CustomResourceDefinition"),
         "kinds in order: {kinds:?}"
     );
     // Off by default: the ServiceMonitor CRD is not on every cluster.
@@ -128,6 +132,78 @@ fn pod_liveness_is_a_value_and_pods_are_granted_only_while_it_is_on() {
         .expect("running helm template");
     assert!(!wrong.success(), "podLiveness=maybe was accepted");
     assert!(wrong.stderr.contains("podLiveness"), "{}", wrong.stderr);
+}
+
+/// StrategyPlugin objects are on by default, with the CRD and read access to the objects; the
+/// ConfigMaps and pull Secrets they may name are granted by name only, none by default; off,
+/// the flag says so and nothing on StrategyPlugins is granted.
+#[test]
+fn strategy_plugin_sources_are_granted_by_name_only() {
+    let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let default = helm_template(&helm, &["--include-crds"]).expect("running helm template");
+    default.assert_success();
+    assert!(default.stdout.contains("- --strategy-plugins=on"));
+    assert!(
+        default
+            .stdout
+            .contains("name: strategyplugins.conclave.dev")
+    );
+    assert!(
+        default
+            .stdout
+            .contains("resources: [\"strategyplugins/status\"]")
+    );
+    assert!(
+        !default.stdout.contains("resources: [\"secrets\"]"),
+        "no Secret by default"
+    );
+    assert!(
+        !default.stdout.contains("resources: [\"configmaps\"]"),
+        "no ConfigMap by default"
+    );
+
+    let named = helm_template(
+        &helm,
+        &[
+            "--set",
+            "strategyPlugins.pullSecrets={registry-credentials}",
+            "--set",
+            "strategyPlugins.configMaps={team-plugins}",
+            "--set",
+            "strategyPlugins.plainHttpRegistries={registry.local:5000}",
+        ],
+    )
+    .expect("running helm template");
+    named.assert_success();
+    let role = documents(&named.stdout)
+        .into_iter()
+        .find(|d| d.contains("name: conclave-strategyplugin-sources") && kind_of(d) == Some("Role"))
+        .expect("a Role for the named sources");
+    assert!(
+        role.contains("resourceNames: [\"registry-credentials\"]"),
+        "{role}"
+    );
+    assert!(role.contains("resourceNames: [\"team-plugins\"]"), "{role}");
+    assert!(
+        !role.contains("list") && !role.contains("watch"),
+        "get by name only: {role}"
+    );
+    assert!(
+        named
+            .stdout
+            .contains("- --plain-http-registry=registry.local:5000")
+    );
+
+    let off = helm_template(&helm, &["--set", "strategyPlugins.enabled=false"])
+        .expect("running helm template");
+    off.assert_success();
+    assert!(off.stdout.contains("- --strategy-plugins=off"));
+    assert!(
+        !off.stdout.contains("strategyplugins"),
+        "nothing granted while off"
+    );
 }
 
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

@@ -136,7 +136,8 @@ const TEAM: &str = "team-a";
 
 /// What `conclave run` does: watch all Leases and LeaseCandidates, create and update Leases,
 /// ping (update) and garbage-collect (delete) LeaseCandidates, record Events, read Pods (pod
-/// liveness), and keep its own `conclave-controller` Lease.
+/// liveness), keep its own `conclave-controller` Lease, and load StrategyPlugin objects (read
+/// them, write their status, Events on them in `default`).
 const ALLOWED: &[Access] = &[
     access("list", COORDINATION, "leases", ""),
     access("watch", COORDINATION, "leases", ""),
@@ -159,6 +160,14 @@ const ALLOWED: &[Access] = &[
         ..access("update", COORDINATION, "leases", RELEASE_NAMESPACE)
     },
     access("create", COORDINATION, "leases", RELEASE_NAMESPACE),
+    access("list", "conclave.dev", "strategyplugins", ""),
+    access("watch", "conclave.dev", "strategyplugins", ""),
+    access("get", "conclave.dev", "strategyplugins", ""),
+    Access {
+        subresource: Some("status"),
+        ..access("patch", "conclave.dev", "strategyplugins", "")
+    },
+    access("create", "events.k8s.io", "events", "default"),
 ];
 
 /// What it must not do: read Secrets or anything else, write Pods, delete or patch Leases, create
@@ -167,7 +176,11 @@ const DENIED: &[Access] = &[
     access("get", "", "secrets", RELEASE_NAMESPACE),
     access("list", "", "secrets", ""),
     access("watch", "", "secrets", "kube-system"),
+    // StrategyPlugin sources: only the ConfigMaps and pull Secrets the values name (none here).
     access("get", "", "configmaps", RELEASE_NAMESPACE),
+    access("create", "conclave.dev", "strategyplugins", ""),
+    access("update", "conclave.dev", "strategyplugins", ""),
+    access("delete", "conclave.dev", "strategyplugins", ""),
     access("create", "", "pods", TEAM),
     access("update", "", "pods", TEAM),
     access("patch", "", "pods", TEAM),
