@@ -140,7 +140,8 @@ pub enum Verdict {
         /// When to look again.
         recheck_at: Timestamp,
     },
-    /// Dead: elect the next candidate. `first` the first time (Event, metric, log).
+    /// Dead: elect the next candidate once the Lease as stored confirms what was judged.
+    /// `first` until [`PodLiveness::declared`] (Event, metric, log).
     Dead {
         /// The holder.
         holder: String,
@@ -424,6 +425,12 @@ impl PodLiveness {
             .judge(key, holder, death, &candidate, renewal, now)
     }
 
+    /// Records that the holder of `key`, found [`Verdict::Dead`], was declared dead: the next
+    /// verdict on the same report is not the first.
+    pub fn declared(&self, key: &LeaseKey) {
+        self.reports.declared(key);
+    }
+
     /// Forgets what was reported about the holder of `key` (it changed, or the report went
     /// away).
     pub fn forget(&self, key: &LeaseKey) {
@@ -496,9 +503,6 @@ impl Reports {
         if now < recheck_at {
             return Verdict::Waiting { recheck_at };
         }
-        if let Some(r) = reports.get_mut(key) {
-            r.declared = true;
-        }
         Verdict::Dead {
             holder: holder.to_owned(),
             death: reported.death,
@@ -508,6 +512,13 @@ impl Reports {
 
     fn forget(&self, key: &LeaseKey) {
         super::lock(&self.0).remove(key);
+    }
+
+    /// Records that the holder of `key` was declared dead (its Event published).
+    fn declared(&self, key: &LeaseKey) {
+        if let Some(r) = super::lock(&self.0).get_mut(key) {
+            r.declared = true;
+        }
     }
 }
 
@@ -662,6 +673,12 @@ mod tests {
             reports.judge(&key, "h", Death::PodGone, &asked, renewed, after),
             dead(true)
         );
+        assert_eq!(
+            reports.judge(&key, "h", death, &asked, renewed, after),
+            dead(true),
+            "first until declared"
+        );
+        reports.declared(&key);
         assert_eq!(
             reports.judge(&key, "h", death, &asked, renewed, after),
             dead(false)
