@@ -30,6 +30,17 @@ const CANDIDATE_GC_AFTER: u64 = 3_600;
 /// miss 500 ms: rounding down to no grace at all would leave a prompt holder no time to answer.
 pub const ANSWER_GRACE: Time = 1;
 
+/// What pod liveness makes of the holder at a step.
+enum PodVerdict {
+    /// No evidence, or not yet acted on: the step runs as usual.
+    Alive,
+    /// Declared dead: the step elects the next candidate.
+    Dead,
+    /// It would be declared dead, but the Lease as stored is newer than the one judged: the
+    /// step reads it and runs again.
+    Stale,
+}
+
 /// The model: its timing, its bounds, and the time by which liveness must hold.
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -256,7 +267,11 @@ impl Election {
             record
         });
         if let Some(record) = record.as_mut() {
-            record.holder_dead = self.pod_liveness(state, record);
+            match self.pod_liveness(state, record) {
+                PodVerdict::Alive => {}
+                PodVerdict::Dead => record.holder_dead = true,
+                PodVerdict::Stale => return true,
+            }
         }
         // `reconcile.rs` `valid_candidates`: a candidate other than the holder whose cached Pod
         // proves its recorded process stopped is left out.
@@ -360,11 +375,14 @@ impl Election {
     /// `reconcile.rs` `pod_liveness` with `pods.rs` `PodLiveness::check` and `Reports::judge`:
     /// whether the holder of the unexpired Lease `record` is dead. The first time the cached Pod
     /// proves that the process its cached LeaseCandidate records stopped, the holder is pinged;
-    /// once it answered that ping, or the Lease shows a renewal since, it lives; otherwise
-    /// [`ANSWER_GRACE`] later it is dead. Anything else forgets the report.
-    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> bool {
+    /// once it answered that ping, or the Lease read shows a renewal stamped no earlier than the
+    /// cached Pod's time (`dead_since`: any live process of the container started at or after
+    /// it), it lives; otherwise [`ANSWER_GRACE`] later it is dead, once the Lease as stored is
+    /// the one judged (a GET at the moment of the step; a newer one is read, and the step runs
+    /// again on it, as after a write conflict). Anything else forgets the report.
+    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> PodVerdict {
         if !self.bounds.pod_liveness {
-            return false;
+            return PodVerdict::Alive;
         }
         let now = state.now;
         let evidence = record
@@ -378,21 +396,23 @@ impl Election {
             });
         let Some((holder, cached)) = evidence else {
             state.controller.reported = None;
-            return false;
+            return PodVerdict::Alive;
         };
+        let dead_since = timestamp(state.controller.pods[usize::from(holder)].at);
         let Some(reported) = state.controller.reported.filter(|r| r.holder == holder) else {
             state.controller.reported = Some(Reported {
                 holder,
                 seen_at: now,
                 asked_since: now,
-                renewal_at_report: record.renew_time,
                 answered: false,
             });
             self.ping(state, holder, Duration::ZERO, None);
-            return false;
+            return PodVerdict::Alive;
         };
         let answered = reported.answered
-            || record.renew_time != reported.renewal_at_report
+            || record
+                .renew_time
+                .is_some_and(|renewed| renewed >= dead_since)
             || (cached
                 .ping_time
                 .is_some_and(|ping| ping >= reported.asked_since && cached.renew_time >= ping)
@@ -402,17 +422,25 @@ impl Election {
                 answered: true,
                 ..reported
             });
-            return false;
+            return PodVerdict::Alive;
         }
         if now < reported.seen_at + ANSWER_GRACE {
-            return false;
+            return PodVerdict::Alive;
         }
-        if state.candidates[usize::from(holder)].is_up() {
+        let stored = state.server.lease.map(|l| l.resource_version.to_string());
+        if stored.as_deref() != Some(record.resource_version.as_str()) {
+            return PodVerdict::Stale;
+        }
+        let process = state.candidates[usize::from(holder)];
+        if process.leads() {
+            state.violations.declared_dead_while_leading = true;
+        }
+        if process.is_up() {
             state.violations.declared_dead_while_running = true;
         } else {
             state.declared_dead = true;
         }
-        true
+        PodVerdict::Dead
     }
 
     /// `writer.rs` `ping`: pings the cached candidate if it is stale (within `ack_window`), with
@@ -780,11 +808,17 @@ impl Election {
         }
     }
 
-    /// What the kubelet reports of `candidate`'s container once it has caught up.
+    /// What the kubelet reports of `candidate`'s container once it has caught up, with its
+    /// times by the node's clock (the candidate's).
     fn pod_truth(candidate: &Candidate) -> PodStatus {
+        let (terminated, at) = match candidate.phase {
+            Phase::Down { since } => (true, since + candidate.clock_offset),
+            _ => (false, candidate.started_at),
+        };
         PodStatus {
             container: candidate.incarnation,
-            terminated: !candidate.is_up(),
+            terminated,
+            at,
         }
     }
 
@@ -898,6 +932,7 @@ impl Election {
                 candidate.phase = Phase::Following;
                 if self.bounds.pod_liveness {
                     candidate.incarnation += 1;
+                    candidate.started_at = now + candidate.clock_offset;
                 }
             }
             Action::CutOff(id) => {
@@ -991,6 +1026,7 @@ impl Model for Election {
                         clock_offset,
                         cut_off_until: 0,
                         incarnation: 0,
+                        started_at: 0,
                     })
                     .collect(),
                 crashes: 0,
@@ -1047,6 +1083,8 @@ pub const NOT_LEADERLESS: &str =
     "when faults stop, the Lease is not leaderless while a live candidate exists";
 /// The name of the check that pod liveness declares only a crashed holder dead.
 pub const POD_DEAD_ONLY_CRASHED: &str = "pod liveness declares only a crashed holder dead";
+/// The name of the check that pod liveness never declares a leading holder dead.
+pub const POD_DEAD_NOT_LEADING: &str = "pod liveness never declares a leading holder dead";
 /// The name of the liveness check of pod liveness.
 pub const POD_FAILOVER: &str =
     "after the kubelet's report of the holder's crash, a live candidate leads within the bound";
@@ -1093,6 +1131,9 @@ pub fn properties() -> Vec<Property<Election>> {
         Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
         Property::always(POD_DEAD_ONLY_CRASHED, |_: &Election, state: &State| {
             !state.violations.declared_dead_while_running
+        }),
+        Property::always(POD_DEAD_NOT_LEADING, |_: &Election, state: &State| {
+            !state.violations.declared_dead_while_leading
         }),
         Property::always(POD_FAILOVER, |model: &Election, state: &State| {
             state
