@@ -91,6 +91,8 @@ pub enum Action {
     KubeletReports(Id),
     /// The controller's Pod watch delivers candidate `Id`'s Pod as stored now.
     WatchPod(Id),
+    /// The LeaseCandidate of crashed candidate `Id` is deleted (garbage collection, an operator).
+    DeleteCandidate(Id),
 }
 
 /// The controller's step settings in the model.
@@ -473,6 +475,10 @@ impl Election {
             ping_pending: ack_window.is_zero(),
             ..current
         });
+        if self.bounds.candidate_deletions > 0 && !self.faulty(state) {
+            let count = &mut state.unanswered_pings[slot];
+            *count = (*count + 1).min(MAX_UNANSWERED_PINGS + 1);
+        }
     }
 
     /// `writer.rs` `write_lease`: creates the Lease (`basis` `None`: it was read missing), or
@@ -526,8 +532,11 @@ impl Election {
     /// Records the properties a controller write breaks.
     fn judge_write(&self, state: &mut State, kind: WriteKind, written: &StoredLease) {
         let grace = self.timing.lease_duration + self.timing.ack_window;
+        // With LeaseCandidate deletions, the controller may write a candidate whose deletion its
+        // watch has not delivered yet: its cached LeaseCandidate stands for the stored one.
         let live = |id: Id| {
-            state.server.candidates[usize::from(id)].is_some()
+            (state.server.candidates[usize::from(id)].is_some()
+                || state.controller.candidates[usize::from(id)].is_some())
                 && match state.candidates[usize::from(id)].phase {
                     Phase::Down { since } => state.now - since <= grace,
                     _ => true,
@@ -797,6 +806,13 @@ impl Election {
             if faulty && state.cut_offs < self.bounds.max_cut_offs {
                 actions.push(Action::CutOff(id));
             }
+            if faulty
+                && state.candidate_deletions < self.bounds.candidate_deletions
+                && !candidate.is_up()
+                && state.server.candidates[slot].is_some()
+            {
+                actions.push(Action::DeleteCandidate(id));
+            }
             if self.bounds.pod_liveness {
                 if state.server.pods[slot] != Self::pod_truth(candidate) {
                     actions.push(Action::KubeletReports(id));
@@ -876,6 +892,7 @@ impl Election {
                     },
                 });
                 state.candidates[slot].registered = true;
+                state.unanswered_pings[slot] = 0;
             }
             Action::Follow(id) => self.follow(state, id),
             Action::Check(id) => self.check(state, id),
@@ -938,6 +955,10 @@ impl Election {
             Action::CutOff(id) => {
                 state.cut_offs += 1;
                 state.candidates[usize::from(id)].cut_off_until = now + self.cut_off_for();
+            }
+            Action::DeleteCandidate(id) => {
+                state.candidate_deletions += 1;
+                state.server.candidates[usize::from(id)] = None;
             }
             Action::KubeletReports(id) => {
                 let slot = usize::from(id);
@@ -1035,6 +1056,8 @@ impl Model for Election {
                 handed_off: false,
                 holder_reported_at: None,
                 declared_dead: false,
+                candidate_deletions: 0,
+                unanswered_pings: vec![0; n],
                 violations: Violations::default(),
             })
             .collect()
@@ -1090,6 +1113,19 @@ pub const POD_FAILOVER: &str =
     "after the kubelet's report of the holder's crash, a live candidate leads within the bound";
 /// The name of the sanity check that pod liveness fires.
 pub const POD_FIRES: &str = "pod liveness sometimes declares a crashed holder dead";
+/// The name of the check that a stale `preferredHolder` does not outlive faults
+/// (kubernetes#138066's shape: one naming a deleted candidate left the Lease leaderless).
+pub const NO_STALE_PREFERRED: &str =
+    "when faults stop, no preferredHolder names a candidate without a LeaseCandidate";
+/// The name of the check that no ping loop runs (kubernetes#138067, #138071: dead or deleted
+/// candidates pinged forever).
+pub const PINGS_BOUNDED: &str =
+    "after faults stop, a candidate that does not answer is pinged at most twice";
+/// How many pings, after faults stop, a candidate that does not answer may get: one ping per
+/// stretch of silence (a candidate unanswered for an ack window is left out until it renews,
+/// `plan::liveness`), one more when it released the Lease (a ping sent after the release was
+/// watched counts, `plan::liveness_since`).
+pub const MAX_UNANSWERED_PINGS: u8 = 2;
 /// The name of the sanity check that the model reaches a graceful hand-off.
 pub const HANDS_OFF: &str = "a pre-empted leader sometimes hands the Lease over";
 
@@ -1129,6 +1165,20 @@ pub fn properties() -> Vec<Property<Election>> {
                     .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
         }),
         Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
+        Property::always(NO_STALE_PREFERRED, |model: &Election, state: &State| {
+            state.now < model.horizon()
+                || state
+                    .server
+                    .lease
+                    .and_then(|l| l.preferred)
+                    .is_none_or(|p| state.server.candidates[usize::from(p)].is_some())
+        }),
+        Property::always(PINGS_BOUNDED, |_: &Election, state: &State| {
+            state
+                .unanswered_pings
+                .iter()
+                .all(|count| *count <= MAX_UNANSWERED_PINGS)
+        }),
         Property::always(POD_DEAD_ONLY_CRASHED, |_: &Election, state: &State| {
             !state.violations.declared_dead_while_running
         }),

@@ -460,6 +460,12 @@ pub struct State {
     pub holder_reported_at: Option<Time>,
     /// Pod liveness declared a crashed holder dead (for the sanity check that it fires).
     pub declared_dead: bool,
+    /// LeaseCandidates deleted so far.
+    pub candidate_deletions: u8,
+    /// Per candidate, the pings written to its LeaseCandidate after faults stopped and since it
+    /// last wrote it (counted with [`crate::timing::Bounds::candidate_deletions`] only, up to
+    /// one more than [`crate::model::MAX_UNANSWERED_PINGS`]).
+    pub unanswered_pings: Vec<u8>,
     /// Broken properties.
     pub violations: Violations,
 }
