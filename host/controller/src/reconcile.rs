@@ -198,7 +198,9 @@ async fn pod_liveness(
         } => {
             // The verdict weighed the Lease as cached, which may miss a renewal by a restarted
             // process of the holder's identity (the model's finding B): confirm on the Lease as
-            // stored, else step again on it. A failed read declares nothing.
+            // stored, else step again on it. A failed read declares nothing, and neither does a
+            // Lease found deleted: its deletion is left to the watch, which records until when
+            // the holder may still lead (a step on the read would create it at once).
             let judged = lease_obj.and_then(|l| l.metadata.resource_version.as_deref());
             match ctx.writer.read_lease(key).await {
                 Ok(stored)
@@ -206,7 +208,8 @@ async fn pod_liveness(
                         .as_ref()
                         .and_then(|l| l.metadata.resource_version.as_deref())
                         == judged => {}
-                Ok(_) => return Err(StepError::Conflict),
+                Ok(Some(_)) => return Err(StepError::Conflict),
+                Ok(None) => return Err(StepError::Retry),
                 Err(error) => {
                     tracing::warn!(%holder, %error, "reading the Lease before declaring its holder dead");
                     return Err(StepError::Retry);
