@@ -39,6 +39,9 @@ enum PodVerdict {
     /// It would be declared dead, but the Lease as stored is newer than the one judged: the
     /// step reads it and runs again.
     Stale,
+    /// It would be declared dead, but the Lease is gone: the step ends (retried later, once the
+    /// watch delivered the deletion).
+    Gone,
 }
 
 /// The model: its timing, its bounds, and the time by which liveness must hold.
@@ -93,6 +96,8 @@ pub enum Action {
     WatchPod(Id),
     /// The LeaseCandidate of crashed candidate `Id` is deleted (garbage collection, an operator).
     DeleteCandidate(Id),
+    /// The Lease is deleted (an operator, a cleanup).
+    DeleteLease,
 }
 
 /// The controller's step settings in the model.
@@ -240,6 +245,11 @@ impl Election {
             if !self.step_once(state, lease) {
                 return;
             }
+            if lease.is_some() && state.server.lease.is_none() {
+                // A replace of a deleted Lease: 404, an API error (`writer.rs` `classify`),
+                // retried later from the cache, not re-read.
+                return;
+            }
             state.controller.lease = state.controller.delivered;
             lease = state.server.lease;
         }
@@ -273,6 +283,7 @@ impl Election {
                 PodVerdict::Alive => {}
                 PodVerdict::Dead => record.holder_dead = true,
                 PodVerdict::Stale => return true,
+                PodVerdict::Gone => return false,
             }
         }
         // `reconcile.rs` `valid_candidates`: a candidate other than the holder whose cached Pod
@@ -305,7 +316,11 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
-            deleted_while_held_until: None,
+            deleted_while_held_until: state
+                .controller
+                .deleted_while_held
+                .filter(|until| *until > now)
+                .map(timestamp),
         });
         let Plan::Decide(election) = plan else {
             return false;
@@ -429,8 +444,10 @@ impl Election {
         if now < reported.seen_at + ANSWER_GRACE {
             return PodVerdict::Alive;
         }
-        let stored = state.server.lease.map(|l| l.resource_version.to_string());
-        if stored.as_deref() != Some(record.resource_version.as_str()) {
+        let Some(stored) = state.server.lease else {
+            return PodVerdict::Gone;
+        };
+        if stored.resource_version.to_string() != record.resource_version {
             return PodVerdict::Stale;
         }
         let process = state.candidates[usize::from(holder)];
@@ -525,6 +542,7 @@ impl Election {
         };
         self.judge_write(state, kind, &written);
         state.server.lease = Some(written);
+        state.server.deleted = None;
         state.controller.lease = Some(written);
         true
     }
@@ -749,7 +767,11 @@ impl Election {
     /// The non-tick actions enabled in `state`.
     fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faulty = self.faulty(state);
-        if state.controller.delivered != state.server.lease {
+        // A deletion is always delivered (a watch skips versions, not a deletion of what it or
+        // the controller's own write showed).
+        if state.controller.delivered != state.server.lease
+            || (state.server.lease.is_none() && state.controller.lease.is_some())
+        {
             actions.push(Action::WatchLease);
         }
         for id in self.ids() {
@@ -758,6 +780,12 @@ impl Election {
             {
                 actions.push(Action::WatchCandidate(id));
             }
+        }
+        if faulty
+            && state.lease_deletions < self.bounds.lease_deletions
+            && state.server.lease.is_some()
+        {
+            actions.push(Action::DeleteLease);
         }
         if faulty && state.controller_restarts < self.bounds.max_controller_restarts {
             actions.push(Action::RestartController);
@@ -843,6 +871,24 @@ impl Election {
         match action {
             Action::Tick => state.now += 1,
             Action::WatchLease => {
+                if state.server.lease.is_none()
+                    && let Some(last) = state.controller.delivered.or(state.controller.lease)
+                {
+                    // `Renewals::deleted`: the event carries the Lease as stored when deleted.
+                    let deleted = state.server.deleted.unwrap_or(last);
+                    state.controller.deleted_while_held = deleted.holder.map(|_| {
+                        let renewed = state
+                            .controller
+                            .renewal
+                            .filter(|r| r.is(&deleted))
+                            .map_or(now, |r| r.seen_at);
+                        renewed + deleted.duration
+                    });
+                    state.controller.renewal = None;
+                }
+                if state.server.lease.is_some() {
+                    state.controller.deleted_while_held = None;
+                }
                 state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 if let Some(lease) = state.server.lease {
@@ -856,6 +902,19 @@ impl Election {
             }
             Action::RestartController => {
                 state.controller_restarts += 1;
+                // `Renewals::relisted`: a Lease known before and not listed was deleted.
+                state.controller.deleted_while_held =
+                    match (state.server.lease, state.controller.renewal) {
+                        (None, Some(renewal)) => renewal.holder.map(|_| {
+                            renewal.seen_at.min(now)
+                                + state
+                                    .controller
+                                    .delivered
+                                    .map_or(self.timing.lease_duration, |l| l.duration)
+                        }),
+                        (None, None) => state.controller.deleted_while_held,
+                        (Some(_), _) => None,
+                    };
                 state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 state
@@ -956,6 +1015,13 @@ impl Election {
                 state.cut_offs += 1;
                 state.candidates[usize::from(id)].cut_off_until = now + self.cut_off_for();
             }
+            Action::DeleteLease => {
+                state.lease_deletions += 1;
+                state.server.deleted = state.server.lease.take().map(|l| StoredLease {
+                    resource_version: 0,
+                    ..l
+                });
+            }
             Action::DeleteCandidate(id) => {
                 state.candidate_deletions += 1;
                 state.server.candidates[usize::from(id)] = None;
@@ -1028,6 +1094,7 @@ impl Model for Election {
                     lease: None,
                     candidates: vec![None; n],
                     pods: vec![PodStatus::default(); n],
+                    deleted: None,
                 },
                 controller: Controller {
                     delivered: None,
@@ -1037,6 +1104,7 @@ impl Model for Election {
                     sitting_out: vec![None; n],
                     pods: vec![PodStatus::default(); n],
                     reported: None,
+                    deleted_while_held: None,
                 },
                 candidates: offsets
                     .into_iter()
@@ -1057,6 +1125,7 @@ impl Model for Election {
                 holder_reported_at: None,
                 declared_dead: false,
                 candidate_deletions: 0,
+                lease_deletions: 0,
                 unanswered_pings: vec![0; n],
                 violations: Violations::default(),
             })

@@ -110,6 +110,8 @@ pub struct Bounds {
     /// operator) during faults; with any, the pings sent after faults stop to a candidate that
     /// does not answer are counted (kubernetes#138066, #138067/#138071). 0: neither.
     pub candidate_deletions: u8,
+    /// How many times the Lease may be deleted (an operator, a namespace cleanup) during faults.
+    pub lease_deletions: u8,
 }
 
 impl Bounds {
@@ -124,5 +126,6 @@ impl Bounds {
         pod_liveness: false,
         restarts: true,
         candidate_deletions: 0,
+        lease_deletions: 0,
     };
 }

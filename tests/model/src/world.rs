@@ -192,6 +192,9 @@ pub struct Server {
     pub candidates: Vec<Option<StoredCandidate>>,
     /// Each candidate's Pod, as the kubelet last reported it.
     pub pods: Vec<PodStatus>,
+    /// The Lease as stored when it was last deleted, until it is created again (what the
+    /// watch's deletion event carries).
+    pub deleted: Option<StoredLease>,
 }
 
 /// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
@@ -338,6 +341,9 @@ pub struct Controller {
     pub pods: Vec<PodStatus>,
     /// The holder the kubelet reported dead (`pods.rs` `Reported`), if any.
     pub reported: Option<Reported>,
+    /// Until when the holder of the Lease, deleted while held, may still lead by this
+    /// controller's reckoning (`index.rs` `Renewals::deleted`, `held_after_deletion`).
+    pub deleted_while_held: Option<Time>,
 }
 
 /// A holder reported dead (`pods.rs` `Reported`): pinged when first seen, declared dead
@@ -462,6 +468,8 @@ pub struct State {
     pub declared_dead: bool,
     /// LeaseCandidates deleted so far.
     pub candidate_deletions: u8,
+    /// Lease deletions so far.
+    pub lease_deletions: u8,
     /// Per candidate, the pings written to its LeaseCandidate after faults stopped and since it
     /// last wrote it (counted with [`crate::timing::Bounds::candidate_deletions`] only, up to
     /// one more than [`crate::model::MAX_UNANSWERED_PINGS`]).

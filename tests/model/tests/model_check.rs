@@ -74,6 +74,27 @@ fn bounded_check_with_candidate_deletions_holds_every_property() {
     checker.assert_properties();
 }
 
+/// The CI check of Lease deletion: the Lease may be deleted once while faults last (an operator,
+/// a cleanup); 2 s of faults. Every property holds: the controller does not create the Lease
+/// again before the deleted Lease's holder could have stopped (no two candidates lead at once),
+/// and it creates it after (the Lease is not left leaderless).
+#[test]
+fn bounded_check_with_a_lease_deletion_holds_every_property() {
+    let bounds = Bounds {
+        faults_until: 2,
+        lease_deletions: 1,
+        ..Bounds::BOUNDED
+    };
+    let checker = explore(
+        "bounded, a Lease deletion",
+        Election::new(Timing::BOUNDED, bounds, false),
+    );
+    for property in [ONE_LEADER, NOT_LEADERLESS] {
+        checker.assert_no_discovery(property);
+    }
+    checker.assert_properties();
+}
+
 /// Asserts every property of `checker`'s model except `found` (which the model found broken in
 /// the real code, see the README's "What the model found"), and that each of `found` fails: when
 /// the real code is fixed, the test says so, and `found` goes.
