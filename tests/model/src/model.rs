@@ -542,7 +542,6 @@ impl Election {
         };
         self.judge_write(state, kind, &written);
         state.server.lease = Some(written);
-        state.server.deleted = None;
         state.controller.lease = Some(written);
         true
     }
@@ -767,11 +766,9 @@ impl Election {
     /// The non-tick actions enabled in `state`.
     fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faulty = self.faulty(state);
-        // A deletion is always delivered (a watch skips versions, not a deletion of what it or
-        // the controller's own write showed).
-        if state.controller.delivered != state.server.lease
-            || (state.server.lease.is_none() && state.controller.lease.is_some())
-        {
+        // A deletion is always delivered, once (a watch skips versions, not a deletion), even of
+        // a Lease whose creation it has not delivered (its ADDED and DELETED events both come).
+        if state.controller.delivered != state.server.lease || state.server.deleted.is_some() {
             actions.push(Action::WatchLease);
         }
         for id in self.ids() {
@@ -871,11 +868,8 @@ impl Election {
         match action {
             Action::Tick => state.now += 1,
             Action::WatchLease => {
-                if state.server.lease.is_none()
-                    && let Some(last) = state.controller.delivered.or(state.controller.lease)
-                {
+                if let Some(deleted) = state.server.deleted.take() {
                     // `Renewals::deleted`: the event carries the Lease as stored when deleted.
-                    let deleted = state.server.deleted.unwrap_or(last);
                     state.controller.deleted_while_held = deleted.holder.map(|_| {
                         let renewed = state
                             .controller
@@ -902,7 +896,9 @@ impl Election {
             }
             Action::RestartController => {
                 state.controller_restarts += 1;
-                // `Renewals::relisted`: a Lease known before and not listed was deleted.
+                // `Renewals::relisted`: a Lease known before and not listed was deleted; the
+                // deletion event itself is not delivered.
+                state.server.deleted = None;
                 state.controller.deleted_while_held =
                     match (state.server.lease, state.controller.renewal) {
                         (None, Some(renewal)) => renewal.holder.map(|_| {

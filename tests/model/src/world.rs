@@ -192,8 +192,8 @@ pub struct Server {
     pub candidates: Vec<Option<StoredCandidate>>,
     /// Each candidate's Pod, as the kubelet last reported it.
     pub pods: Vec<PodStatus>,
-    /// The Lease as stored when it was last deleted, until it is created again (what the
-    /// watch's deletion event carries).
+    /// The Lease as stored when it was last deleted, until the controller's watch delivers the
+    /// deletion (what its DELETED event carries) or a relist passes it over.
     pub deleted: Option<StoredLease>,
 }
 
