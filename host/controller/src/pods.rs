@@ -14,11 +14,16 @@
 //! 1. the first time the evidence is seen, the holder's LeaseCandidate is pinged (an answer to a
 //!    ping sent earlier may have been written before the process died and seen only after the
 //!    report, so it does not count);
-//! 2. if the holder answers that ping, or renews its Lease, it lives whatever the report says: it
-//!    keeps its Lease, and the rule does not fire for it again on this evidence. The renewal
-//!    matters when the identity passed to a restarted process (a component that sets a fixed
-//!    identity) whose LeaseCandidate this controller has not seen yet: the report is about the
-//!    previous process, and the new one renews before it leads;
+//! 2. if the holder answers that ping, or the Lease read shows a renewal that a live process may
+//!    have made, it lives whatever the report says: it keeps its Lease, and the rule does not
+//!    fire for it again on this evidence. A renewal may be a live process's when its `renewTime`
+//!    is not earlier than when the container the report is about last changed by the kubelet
+//!    (`finishedAt` of a terminated instance, `startedAt` of the instance that replaced it,
+//!    [`dead_since`]): the identity may have passed to a restarted process (a component that sets
+//!    a fixed identity) that renewed the Lease, and leads, before registering its own
+//!    LeaseCandidate, so the record this controller judges is the previous process's. When the
+//!    Pod carries no such time (it is gone or replaced), a renewal since the report was seen
+//!    counts instead;
 //! 3. otherwise, [`ANSWER_GRACE`] after the evidence was seen, the holder is declared dead
 //!    ([`conclave_core::lease::LeaseRecord::holder_dead`]): the Lease counts as expired and the
 //!    holder takes no part, so the step elects the next candidate as at expiry (ping it if it is
@@ -33,15 +38,21 @@
 //! status not updated because the node is down) only delays failover to the Lease's expiry, as
 //! before. Nothing that merely looks unhealthy counts: a node NotReady, phase `Unknown`, a
 //! `deletionTimestamp` with its grace period running, `lastState` of an earlier container. A
-//! holder that answers the ping or renews its Lease after the report is never replaced by this
-//! rule. A process leads only after renewing its Lease, and the write that elects the next
-//! candidate carries the resourceVersion it read, so a report about an earlier process of the
-//! same identity (a fixed identity, its LeaseCandidate not yet seen in this controller's cache)
-//! cannot take the Lease from the process now leading: the renewal is in what was read, or it
-//! fails (tests/model, pod liveness finding B). A wrong record of the running process itself (a
-//! container ID read wrongly) could, if it also fails to answer within [`ANSWER_GRACE`]. The price:
-//! the dead holder's own last renewal, seen only after the report, counts as a sign of life too,
-//! and failover then waits for the expiry.
+//! holder that answers the ping is never replaced by this rule. A process leads only after
+//! renewing its Lease, and the write that elects the next candidate carries the resourceVersion
+//! it read, so a report about an earlier process of the same identity (a fixed identity, its
+//! LeaseCandidate not yet registered, or not yet in this controller's cache) cannot take the
+//! Lease from the process now leading: its renewal is in what was read, or the write fails. The
+//! renewal is stamped by the holder's clock, which is the node's clock that stamps the kubelet's
+//! `finishedAt` and `startedAt`; every process of the container alive now started after the
+//! instance the report shows ended, or when the one that replaced it started, so its renewals are
+//! not earlier than that time, and a Lease whose last renewal is earlier was renewed by a dead
+//! process (tests/model, pod liveness finding B). The kubelet's times are whole seconds, cut
+//! down: the dead holder's own last renewal in the second it died counts as a sign of life, and
+//! failover then waits for the expiry. A wrong record of the running process itself (a container
+//! ID read wrongly) could still be declared dead, if it also fails to answer within
+//! [`ANSWER_GRACE`]; so could a process of a fixed identity in a Pod that replaced a deleted one
+//! (no time of the kubelet's bounds it), which the model does not cover.
 //!
 //! The watch: the API has no projection of a Pod to its metadata and status (metadata-only
 //! watches carry no status), and a label selector would need a label on the component's Pods,
@@ -56,9 +67,9 @@ use super::LeaseKey;
 use super::cache::Caches;
 use super::key::CandidateKey;
 use super::queue::WorkQueue;
-use conclave_core::k8s::{candidate_view, pod_report, process_record};
+use conclave_core::k8s::{candidate_view, pod_report, process_record, timestamp};
 use conclave_core::lease::LeaseRecord;
-use conclave_core::pod::{Death, PodReport, process_dead};
+use conclave_core::pod::{Death, PodReport, ProcessRecord, bare_container_id, process_dead};
 use conclave_core::time::Timestamp;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -101,11 +112,8 @@ struct Reported {
     /// and only seen after the report.
     asked_since: Timestamp,
     /// The holder's `renewTime` on the Lease as this controller had it when it saw the report:
-    /// a renewal since (another `renewTime`) proves a live process, as an answer does. The
-    /// holder's identity may have passed to a restarted process that this controller's cache of
-    /// LeaseCandidates does not show yet; a process leads only after renewing the Lease, and the
-    /// write that would elect the next candidate carries the resourceVersion read, so either the
-    /// renewal is seen here or the renewal fails.
+    /// when the Pod carries no time of the kubelet's ([`dead_since`]), a renewal since (another
+    /// `renewTime`) counts as a sign of life, as an answer does.
     renewal_at_report: Option<Timestamp>,
     /// Whether the holder answered since (it lives: the report is not acted on).
     answered: bool,
@@ -132,7 +140,8 @@ pub enum Verdict {
         /// When to look again.
         recheck_at: Timestamp,
     },
-    /// Dead: elect the next candidate. `first` the first time (Event, metric, log).
+    /// Dead: elect the next candidate once the Lease as stored confirms what was judged.
+    /// `first` until [`PodLiveness::declared`] (Event, metric, log).
     Dead {
         /// The holder.
         holder: String,
@@ -155,6 +164,68 @@ pub struct PodLiveness {
 /// feeding it reports and candidates).
 #[derive(Default)]
 struct Reports(Mutex<HashMap<LeaseKey, Reported>>);
+
+/// What [`Reports::judge`] weighs a holder's Lease renewal against.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    /// The Lease's `renewTime` as read.
+    renewed: Option<Timestamp>,
+    /// [`dead_since`] of the report, when the Pod carries it: a renewal at or after it may be a
+    /// live process's.
+    dead_since: Option<Timestamp>,
+}
+
+/// When the container a dead process ran in was last seen to change by the kubelet, by the
+/// node's clock (whole seconds, cut down): `finishedAt` of the instance the Pod shows
+/// terminated (its current one, or in `lastState` while the next one waits to start), or
+/// `startedAt` of the instance running now. Every process of that container alive now started
+/// at or after it, so a Lease renewal stamped earlier (the holder stamps `renewTime` by the same
+/// clock) is a dead process's. The container is the one `record` names, or the one whose
+/// current or last instance has the recorded ID. `None` when the Pod shows no such time.
+#[must_use]
+fn dead_since(pod: &Pod, record: &ProcessRecord) -> Option<Timestamp> {
+    let recorded_id = record
+        .container_id
+        .as_deref()
+        .map(bare_container_id)
+        .filter(|id| !id.is_empty());
+    let has_id = |id: Option<&String>| {
+        id.map(|id| bare_container_id(id))
+            .is_some_and(|id| Some(id) == recorded_id)
+    };
+    let status = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .find(|c| match record.container.as_deref() {
+            Some(name) => c.name == name,
+            None => {
+                has_id(c.container_id.as_ref())
+                    || has_id(
+                        c.last_state
+                            .as_ref()
+                            .and_then(|s| s.terminated.as_ref())
+                            .and_then(|t| t.container_id.as_ref()),
+                    )
+            }
+        })?;
+    let state = status.state.as_ref()?;
+    let last_finished = || {
+        status
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.finished_at.as_ref())
+    };
+    let at = if let Some(terminated) = &state.terminated {
+        terminated.finished_at.as_ref()
+    } else if let Some(running) = &state.running {
+        running.started_at.as_ref()
+    } else {
+        last_finished()
+    }?;
+    Some(timestamp(at.0))
+}
 
 /// Drops everything of a Pod but what liveness reads: its name, namespace, UID and
 /// resourceVersion, and per container the name, containerID, state and lastState.
@@ -290,21 +361,22 @@ impl PodLiveness {
             .is_some()
     }
 
-    /// What the Pod named `name` in `namespace` shows: the cached one; when none is cached, a
-    /// GET confirms that it is gone (a Pod created after the last relist may be missing from
-    /// the cache). `None`: not known (cache not synced, Pods unavailable, the GET failed).
-    async fn report(&self, namespace: &str, name: &str) -> Option<PodReport> {
+    /// What the Pod named `name` in `namespace` shows, and the Pod read: the cached one; when
+    /// none is cached, a GET confirms that it is gone (a Pod created after the last relist may be
+    /// missing from the cache). `None`: not known (cache not synced, Pods unavailable, the GET
+    /// failed).
+    async fn report(&self, namespace: &str, name: &str) -> Option<(PodReport, Option<Arc<Pod>>)> {
         let scope = self.scope(namespace)?;
         if !scope.available.load(Ordering::Relaxed) || !scope.ready.load(Ordering::Relaxed) {
             return None;
         }
         if let Some(pod) = scope.pods.get(&ObjectRef::new(name).within(namespace)) {
-            return Some(pod_report(&pod));
+            return Some((pod_report(&pod), Some(pod)));
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match tokio::time::timeout(self.api_timeout, api.get_opt(name)).await {
-            Ok(Ok(None)) => Some(PodReport::Gone),
-            Ok(Ok(Some(pod))) => Some(pod_report(&pod)),
+            Ok(Ok(None)) => Some((PodReport::Gone, None)),
+            Ok(Ok(Some(pod))) => Some((pod_report(&pod), Some(Arc::new(pod)))),
             Ok(Err(error)) => {
                 tracing::debug!(pod = %format!("{namespace}/{name}"), %error, "reading a holder's Pod");
                 None
@@ -334,16 +406,29 @@ impl PodLiveness {
             self.forget(key);
             return Verdict::Alive;
         };
-        let death = match self.report(&key.namespace, &record.pod_name).await {
-            Some(report) => process_dead(&record, &report),
-            None => None,
-        };
-        let Some(death) = death else {
+        let evidence = self
+            .report(&key.namespace, &record.pod_name)
+            .await
+            .and_then(|(report, pod)| {
+                let death = process_dead(&record, &report)?;
+                Some((death, pod.and_then(|pod| dead_since(&pod, &record))))
+            });
+        let Some((death, since)) = evidence else {
             self.forget(key);
             return Verdict::Alive;
         };
+        let renewal = Renewal {
+            renewed: lease.renew_time,
+            dead_since: since,
+        };
         self.reports
-            .judge(key, holder, death, &candidate, lease.renew_time, now)
+            .judge(key, holder, death, &candidate, renewal, now)
+    }
+
+    /// Records that the holder of `key`, found [`Verdict::Dead`], was declared dead: the next
+    /// verdict on the same report is not the first.
+    pub fn declared(&self, key: &LeaseKey) {
+        self.reports.declared(key);
     }
 
     /// Forgets what was reported about the holder of `key` (it changed, or the report went
@@ -355,16 +440,20 @@ impl PodLiveness {
 
 impl Reports {
     /// The verdict on `holder`, reported dead by `death`, given its LeaseCandidate as cached and
-    /// its Lease's `renewTime` as read (`renewed`).
+    /// its Lease's renewal as read.
     fn judge(
         &self,
         key: &LeaseKey,
         holder: &str,
         death: Death,
         candidate: &LeaseCandidate,
-        renewed: Option<Timestamp>,
+        renewal: Renewal,
         now: Timestamp,
     ) -> Verdict {
+        let Renewal {
+            renewed,
+            dead_since,
+        } = renewal;
         let view = candidate_view(candidate);
         let mut reports = super::lock(&self.0);
         // The first report about this holder stands (a later one, say its Pod deleted after its
@@ -390,8 +479,12 @@ impl Reports {
                 recheck_at,
             };
         };
+        let renewed_alive = match dead_since {
+            Some(since) => renewed.is_some_and(|renewed| renewed >= since),
+            None => renewed != reported.renewal_at_report,
+        };
         let answered = reported.answered
-            || renewed != reported.renewal_at_report
+            || renewed_alive
             || view
                 .ping_time
                 .zip(view.renew_time)
@@ -410,9 +503,6 @@ impl Reports {
         if now < recheck_at {
             return Verdict::Waiting { recheck_at };
         }
-        if let Some(r) = reports.get_mut(key) {
-            r.declared = true;
-        }
         Verdict::Dead {
             holder: holder.to_owned(),
             death: reported.death,
@@ -422,6 +512,13 @@ impl Reports {
 
     fn forget(&self, key: &LeaseKey) {
         super::lock(&self.0).remove(key);
+    }
+
+    /// Records that the holder of `key` was declared dead (its Event published).
+    fn declared(&self, key: &LeaseKey) {
+        if let Some(r) = super::lock(&self.0).get_mut(key) {
+            r.declared = true;
+        }
     }
 }
 
@@ -516,6 +613,14 @@ mod tests {
         )
     }
 
+    /// A Lease renewal judged without a time of the kubelet's (a Pod gone or replaced).
+    fn untimed(renewed: Option<Timestamp>) -> Renewal {
+        Renewal {
+            renewed,
+            dead_since: None,
+        }
+    }
+
     fn pinged(ping: Option<i64>, renew: i64) -> LeaseCandidate {
         let mut c = LeaseCandidate::clone(&candidate("h", "a", Some("web-0")));
         let spec = c.spec.as_mut().unwrap();
@@ -529,7 +634,7 @@ mod tests {
     fn a_reported_holder_is_pinged_then_declared_dead_unless_it_answers() {
         let key = LeaseKey::new("ns", "a");
         let at = Timestamp::from_secs;
-        let renewed = Some(at(99));
+        let renewed = untimed(Some(at(99)));
         let reports = Reports::default();
         let death = Death::ContainerTerminated;
         let silent = pinged(None, 10);
@@ -570,6 +675,12 @@ mod tests {
         );
         assert_eq!(
             reports.judge(&key, "h", death, &asked, renewed, after),
+            dead(true),
+            "first until declared"
+        );
+        reports.declared(&key);
+        assert_eq!(
+            reports.judge(&key, "h", death, &asked, renewed, after),
             dead(false)
         );
 
@@ -597,7 +708,7 @@ mod tests {
     fn an_answer_to_a_ping_from_before_the_report_does_not_keep_a_dead_holder() {
         let key = LeaseKey::new("ns", "a");
         let at = Timestamp::from_secs;
-        let renewed = Some(at(95));
+        let renewed = untimed(Some(at(95)));
         let reports = Reports::default();
         let death = Death::ContainerTerminated;
         // Probed at 90, still unanswered in the cache when the report is seen at 100.
@@ -621,9 +732,9 @@ mod tests {
         ));
     }
 
-    /// The model's finding B: the identity passed to a restarted process (a fixed identity)
-    /// whose LeaseCandidate this controller has not seen; the report is about the previous
-    /// process. The new one renews the Lease before it leads, which keeps it.
+    /// Without a time of the kubelet's (a Pod gone or replaced): the identity may have passed to
+    /// a process in another Pod (a fixed identity) whose LeaseCandidate this controller has not
+    /// seen; a renewal of the Lease since the report keeps the holder.
     #[test]
     fn a_renewal_of_the_lease_since_the_report_keeps_the_holder() {
         let key = LeaseKey::new("ns", "a");
@@ -632,7 +743,7 @@ mod tests {
         let death = Death::ContainerTerminated;
         let cached = pinged(None, 50);
         assert!(matches!(
-            reports.judge(&key, "h", death, &cached, Some(at(95)), at(100)),
+            reports.judge(&key, "h", death, &cached, untimed(Some(at(95))), at(100)),
             Verdict::Reported { .. }
         ));
         // Unanswered in the cache, but the Lease was renewed since: alive.
@@ -642,10 +753,128 @@ mod tests {
                 "h",
                 death,
                 &cached,
-                Some(at(101)),
+                untimed(Some(at(101))),
                 at(100) + ANSWER_GRACE
             ),
             Verdict::Alive
+        );
+    }
+
+    /// The model's finding B, closed: the kubelet's `finishedAt` (or the next instance's
+    /// `startedAt`) bounds when any live process of the container started. A renewal stamped at
+    /// or after it may be a restarted process's (it keeps the holder, however long before the
+    /// report it was seen); one stamped before it is a dead process's (it does not).
+    #[test]
+    fn a_renewal_is_judged_against_the_kubelets_time() {
+        let at = Timestamp::from_secs;
+        let death = Death::ContainerTerminated;
+        let cached = pinged(None, 50);
+        let timed = |renewed: i64| Renewal {
+            renewed: Some(at(renewed)),
+            dead_since: Some(at(95)),
+        };
+        for (renewed, alive) in [(94, false), (95, true), (96, true)] {
+            let key = LeaseKey::new("ns", "a");
+            let reports = Reports::default();
+            assert!(matches!(
+                reports.judge(&key, "h", death, &cached, timed(renewed), at(100)),
+                Verdict::Reported { .. }
+            ));
+            let verdict = reports.judge(
+                &key,
+                "h",
+                death,
+                &cached,
+                timed(renewed),
+                at(100) + ANSWER_GRACE,
+            );
+            assert_eq!(
+                verdict == Verdict::Alive,
+                alive,
+                "renewed at {renewed}, finished at 95: {verdict:?}"
+            );
+        }
+        // A dead holder's last renewal seen only after the report does not keep it either.
+        let key = LeaseKey::new("ns", "b");
+        let reports = Reports::default();
+        reports.judge(&key, "h", death, &cached, timed(90), at(100));
+        assert!(matches!(
+            reports.judge(&key, "h", death, &cached, timed(94), at(101)),
+            Verdict::Dead { first: true, .. }
+        ));
+    }
+
+    #[test]
+    fn dead_since_is_the_kubelets_last_time_for_the_recorded_container() {
+        let record = ProcessRecord {
+            pod_name: "web-0".into(),
+            container: Some("app".into()),
+            container_id: Some("containerd://aaaa".into()),
+            ..ProcessRecord::default()
+        };
+        let pod = |state: serde_json::Value, last: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web-0"},
+                "status": {"containerStatuses": [
+                    {"name": "sidecar", "image": "s", "imageID": "", "ready": true,
+                     "restartCount": 0,
+                     "state": {"terminated": {"exitCode": 1, "finishedAt": "2026-01-01T00:09:00Z"}}},
+                    {"name": "app", "image": "a", "imageID": "", "ready": false,
+                     "restartCount": 1, "containerID": "containerd://bbbb",
+                     "state": state, "lastState": last},
+                ]},
+            }))
+            .unwrap()
+        };
+        let secs = |s: &str| Some(timestamp(s.parse().unwrap()));
+        let finished = serde_json::json!({"terminated": {"exitCode": 137,
+            "containerID": "containerd://aaaa", "finishedAt": "2026-01-01T00:00:05Z"}});
+        let table = [
+            (
+                "terminated",
+                pod(finished.clone(), serde_json::json!({})),
+                secs("2026-01-01T00:00:05Z"),
+            ),
+            (
+                "restarted",
+                pod(
+                    serde_json::json!({"running": {"startedAt": "2026-01-01T00:00:07Z"}}),
+                    finished.clone(),
+                ),
+                secs("2026-01-01T00:00:07Z"),
+            ),
+            (
+                "waiting to restart",
+                pod(
+                    serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+                    finished,
+                ),
+                secs("2026-01-01T00:00:05Z"),
+            ),
+            (
+                "no time",
+                pod(
+                    serde_json::json!({"terminated": {"exitCode": 137}}),
+                    serde_json::json!({}),
+                ),
+                None,
+            ),
+        ];
+        for (what, pod, expected) in table {
+            assert_eq!(dead_since(&pod, &record), expected, "{what}");
+        }
+        let unnamed = ProcessRecord {
+            container: None,
+            ..record
+        };
+        let restarted = pod(
+            serde_json::json!({"running": {"startedAt": "2026-01-01T00:00:07Z"}}),
+            serde_json::json!({"terminated": {"exitCode": 137, "containerID": "containerd://aaaa"}}),
+        );
+        assert_eq!(
+            dead_since(&restarted, &unnamed),
+            secs("2026-01-01T00:00:07Z"),
+            "found by the recorded ID in lastState"
         );
     }
 

@@ -156,7 +156,9 @@ fn elects_here(ctx: &Context, record: &LeaseRecord) -> bool {
 
 /// Pod liveness for the holder of `record` ([`super::pods`]): pings a holder the kubelet just
 /// reported dead, and marks it dead ([`LeaseRecord::holder_dead`]) once it has not answered
-/// within the grace, with a `HolderDead` Event the first time. Returns when to look again.
+/// within the grace and the Lease as stored is the one judged, with a `HolderDead` Event the
+/// first time. Returns when to look again; [`StepError::Conflict`] when the stored Lease is newer
+/// than the one judged (the caller reads it and steps again).
 async fn pod_liveness(
     ctx: &Context,
     pods: &PodLiveness,
@@ -194,6 +196,26 @@ async fn pod_liveness(
             death,
             first,
         } => {
+            // The verdict weighed the Lease as cached, which may miss a renewal by a restarted
+            // process of the holder's identity (the model's finding B): confirm on the Lease as
+            // stored, else step again on it. A failed read declares nothing, and neither does a
+            // Lease found deleted: its deletion is left to the watch, which records until when
+            // the holder may still lead (a step on the read would create it at once).
+            let judged = lease_obj.and_then(|l| l.metadata.resource_version.as_deref());
+            match ctx.writer.read_lease(key).await {
+                Ok(stored)
+                    if stored
+                        .as_ref()
+                        .and_then(|l| l.metadata.resource_version.as_deref())
+                        == judged => {}
+                Ok(Some(_)) => return Err(StepError::Conflict),
+                Ok(None) => return Err(StepError::Retry),
+                Err(error) => {
+                    tracing::warn!(%holder, %error, "reading the Lease before declaring its holder dead");
+                    return Err(StepError::Retry);
+                }
+            }
+            pods.declared(key);
             record.holder_dead = true;
             if first {
                 ctx.metrics

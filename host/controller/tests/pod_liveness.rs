@@ -62,11 +62,9 @@ fn container_status(id: &str, state: Value, last_state: Value, restarts: i32) ->
     })
 }
 
+/// A time as the kubelet writes it: whole seconds, cut down.
 fn rfc3339(at: jiff::Timestamp) -> String {
-    at.round(jiff::Unit::Second)
-        .unwrap_or(at)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The status the kubelet writes for the holder's container running.
@@ -274,6 +272,9 @@ fn controller_config() -> ControllerConfig {
 async fn a_terminated_container_fails_over_before_expiry() {
     let s = Scenario::start("terminated", LONG, controller_config()).await;
     let last = s.kill_holder().await;
+    // It dies in a later second than its last renewal: a renewal in the second of the death
+    // (`finishedAt` is whole seconds) could be a restarted process's, and keeps the holder.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let now = jiff::Timestamp::now();
     s.kubelet_writes(
         json!({"status": {"phase": "Running", "containerStatuses": [container_status(
@@ -400,6 +401,50 @@ async fn a_status_naming_another_container_waits_for_expiry() {
     s.assert_waits_for_expiry(last, "another container").await;
 }
 
+/// The model's finding B: a component that gives its identity to the next process (a fixed
+/// identity). The holder's container is restarted; the new process renews the Lease (and so
+/// leads) before this controller sees the kubelet's report, and has not registered its own
+/// LeaseCandidate yet: the one stored, and cached, still records the previous container. It is
+/// slow to renew again and does not answer the ping. Its renewal is later than the new
+/// container's `startedAt` (the node's clock, which also stamps the holder's `renewTime`), so it
+/// may be the new process's: the controller must not declare the holder dead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_holder_of_the_same_identity_is_not_declared_dead() {
+    let s = Scenario::start("same-identity", LONG, controller_config()).await;
+    s.kill_holder().await;
+    // The kubelet restarts the container in the next second; the new process starts, reads the
+    // Lease naming its identity and renews it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let restarted = jiff::Timestamp::now();
+    let mut lease = s.leases.get(&s.lease).await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(s.holder.as_str()));
+    spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+    s.leases
+        .replace(&s.lease, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        NEWER,
+        json!({"running": {"startedAt": rfc3339(restarted)}}),
+        json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{OURS}"),
+            "finishedAt": rfc3339(restarted)}}),
+        1)]}}),
+    )
+    .await;
+    // Well past the grace: the restarted process still holds the Lease, and no HolderDead.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let record = lease_record(&s.leases.get(&s.lease).await.unwrap());
+    assert_eq!(
+        record.holder(),
+        Some(s.holder.as_str()),
+        "the restarted holder, which renewed after its container started, was declared dead"
+    );
+    assert_eq!(holder_dead_events(&s.client).await, 0);
+}
+
 /// A report that the holder's container terminated while the holder still runs (a wrong
 /// report): the controller pings it, it answers, and it keeps its Lease.
 #[tokio::test(flavor = "multi_thread")]
@@ -415,16 +460,20 @@ async fn a_holder_that_answers_its_ping_is_never_replaced() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let record = lease_record(&s.leases.get(&s.lease).await.unwrap());
     assert_eq!(record.holder(), Some(s.holder.as_str()));
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), NS);
-    let dead = events
+    assert_eq!(holder_dead_events(&s.client).await, 0);
+}
+
+/// How many `HolderDead` Events the namespace has.
+async fn holder_dead_events(client: &Client) -> usize {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
+    events
         .list(&Default::default())
         .await
         .unwrap()
         .items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("HolderDead"))
-        .count();
-    assert_eq!(dead, 0);
+        .count()
 }
 
 /// Waits until the controller has pinged `name` after `since` and the candidate answered.

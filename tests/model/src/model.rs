@@ -30,6 +30,20 @@ const CANDIDATE_GC_AFTER: u64 = 3_600;
 /// miss 500 ms: rounding down to no grace at all would leave a prompt holder no time to answer.
 pub const ANSWER_GRACE: Time = 1;
 
+/// What pod liveness makes of the holder at a step.
+enum PodVerdict {
+    /// No evidence, or not yet acted on: the step runs as usual.
+    Alive,
+    /// Declared dead: the step elects the next candidate.
+    Dead,
+    /// It would be declared dead, but the Lease as stored is newer than the one judged: the
+    /// step reads it and runs again.
+    Stale,
+    /// It would be declared dead, but the Lease is gone: the step ends (retried later, once the
+    /// watch delivered the deletion).
+    Gone,
+}
+
 /// The model: its timing, its bounds, and the time by which liveness must hold.
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -80,6 +94,10 @@ pub enum Action {
     KubeletReports(Id),
     /// The controller's Pod watch delivers candidate `Id`'s Pod as stored now.
     WatchPod(Id),
+    /// The LeaseCandidate of crashed candidate `Id` is deleted (garbage collection, an operator).
+    DeleteCandidate(Id),
+    /// The Lease is deleted (an operator, a cleanup).
+    DeleteLease,
 }
 
 /// The controller's step settings in the model.
@@ -227,6 +245,11 @@ impl Election {
             if !self.step_once(state, lease) {
                 return;
             }
+            if lease.is_some() && state.server.lease.is_none() {
+                // A replace of a deleted Lease: 404, an API error (`writer.rs` `classify`),
+                // retried later from the cache, not re-read.
+                return;
+            }
             state.controller.lease = state.controller.delivered;
             lease = state.server.lease;
         }
@@ -256,7 +279,12 @@ impl Election {
             record
         });
         if let Some(record) = record.as_mut() {
-            record.holder_dead = self.pod_liveness(state, record);
+            match self.pod_liveness(state, record) {
+                PodVerdict::Alive => {}
+                PodVerdict::Dead => record.holder_dead = true,
+                PodVerdict::Stale => return true,
+                PodVerdict::Gone => return false,
+            }
         }
         // `reconcile.rs` `valid_candidates`: a candidate other than the holder whose cached Pod
         // proves its recorded process stopped is left out.
@@ -288,7 +316,11 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
-            deleted_while_held_until: None,
+            deleted_while_held_until: state
+                .controller
+                .deleted_while_held
+                .filter(|until| *until > now)
+                .map(timestamp),
         });
         let Plan::Decide(election) = plan else {
             return false;
@@ -360,11 +392,14 @@ impl Election {
     /// `reconcile.rs` `pod_liveness` with `pods.rs` `PodLiveness::check` and `Reports::judge`:
     /// whether the holder of the unexpired Lease `record` is dead. The first time the cached Pod
     /// proves that the process its cached LeaseCandidate records stopped, the holder is pinged;
-    /// once it answered that ping, or the Lease shows a renewal since, it lives; otherwise
-    /// [`ANSWER_GRACE`] later it is dead. Anything else forgets the report.
-    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> bool {
+    /// once it answered that ping, or the Lease read shows a renewal stamped no earlier than the
+    /// cached Pod's time (`dead_since`: any live process of the container started at or after
+    /// it), it lives; otherwise [`ANSWER_GRACE`] later it is dead, once the Lease as stored is
+    /// the one judged (a GET at the moment of the step; a newer one is read, and the step runs
+    /// again on it, as after a write conflict). Anything else forgets the report.
+    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> PodVerdict {
         if !self.bounds.pod_liveness {
-            return false;
+            return PodVerdict::Alive;
         }
         let now = state.now;
         let evidence = record
@@ -378,21 +413,23 @@ impl Election {
             });
         let Some((holder, cached)) = evidence else {
             state.controller.reported = None;
-            return false;
+            return PodVerdict::Alive;
         };
+        let dead_since = timestamp(state.controller.pods[usize::from(holder)].at);
         let Some(reported) = state.controller.reported.filter(|r| r.holder == holder) else {
             state.controller.reported = Some(Reported {
                 holder,
                 seen_at: now,
                 asked_since: now,
-                renewal_at_report: record.renew_time,
                 answered: false,
             });
             self.ping(state, holder, Duration::ZERO, None);
-            return false;
+            return PodVerdict::Alive;
         };
         let answered = reported.answered
-            || record.renew_time != reported.renewal_at_report
+            || record
+                .renew_time
+                .is_some_and(|renewed| renewed >= dead_since)
             || (cached
                 .ping_time
                 .is_some_and(|ping| ping >= reported.asked_since && cached.renew_time >= ping)
@@ -402,17 +439,27 @@ impl Election {
                 answered: true,
                 ..reported
             });
-            return false;
+            return PodVerdict::Alive;
         }
         if now < reported.seen_at + ANSWER_GRACE {
-            return false;
+            return PodVerdict::Alive;
         }
-        if state.candidates[usize::from(holder)].is_up() {
+        let Some(stored) = state.server.lease else {
+            return PodVerdict::Gone;
+        };
+        if stored.resource_version.to_string() != record.resource_version {
+            return PodVerdict::Stale;
+        }
+        let process = state.candidates[usize::from(holder)];
+        if process.leads() {
+            state.violations.declared_dead_while_leading = true;
+        }
+        if process.is_up() {
             state.violations.declared_dead_while_running = true;
         } else {
             state.declared_dead = true;
         }
-        true
+        PodVerdict::Dead
     }
 
     /// `writer.rs` `ping`: pings the cached candidate if it is stale (within `ack_window`), with
@@ -445,6 +492,10 @@ impl Election {
             ping_pending: ack_window.is_zero(),
             ..current
         });
+        if self.bounds.candidate_deletions > 0 && !self.faulty(state) {
+            let count = &mut state.unanswered_pings[slot];
+            *count = (*count + 1).min(MAX_UNANSWERED_PINGS + 1);
+        }
     }
 
     /// `writer.rs` `write_lease`: creates the Lease (`basis` `None`: it was read missing), or
@@ -498,8 +549,11 @@ impl Election {
     /// Records the properties a controller write breaks.
     fn judge_write(&self, state: &mut State, kind: WriteKind, written: &StoredLease) {
         let grace = self.timing.lease_duration + self.timing.ack_window;
+        // With LeaseCandidate deletions, the controller may write a candidate whose deletion its
+        // watch has not delivered yet: its cached LeaseCandidate stands for the stored one.
         let live = |id: Id| {
-            state.server.candidates[usize::from(id)].is_some()
+            (state.server.candidates[usize::from(id)].is_some()
+                || state.controller.candidates[usize::from(id)].is_some())
                 && match state.candidates[usize::from(id)].phase {
                     Phase::Down { since } => state.now - since <= grace,
                     _ => true,
@@ -712,7 +766,9 @@ impl Election {
     /// The non-tick actions enabled in `state`.
     fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faulty = self.faulty(state);
-        if state.controller.delivered != state.server.lease {
+        // A deletion is always delivered, once (a watch skips versions, not a deletion), even of
+        // a Lease whose creation it has not delivered (its ADDED and DELETED events both come).
+        if state.controller.delivered != state.server.lease || state.server.deleted.is_some() {
             actions.push(Action::WatchLease);
         }
         for id in self.ids() {
@@ -721,6 +777,12 @@ impl Election {
             {
                 actions.push(Action::WatchCandidate(id));
             }
+        }
+        if faulty
+            && state.lease_deletions < self.bounds.lease_deletions
+            && state.server.lease.is_some()
+        {
+            actions.push(Action::DeleteLease);
         }
         if faulty && state.controller_restarts < self.bounds.max_controller_restarts {
             actions.push(Action::RestartController);
@@ -769,6 +831,13 @@ impl Election {
             if faulty && state.cut_offs < self.bounds.max_cut_offs {
                 actions.push(Action::CutOff(id));
             }
+            if faulty
+                && state.candidate_deletions < self.bounds.candidate_deletions
+                && !candidate.is_up()
+                && state.server.candidates[slot].is_some()
+            {
+                actions.push(Action::DeleteCandidate(id));
+            }
             if self.bounds.pod_liveness {
                 if state.server.pods[slot] != Self::pod_truth(candidate) {
                     actions.push(Action::KubeletReports(id));
@@ -780,11 +849,17 @@ impl Election {
         }
     }
 
-    /// What the kubelet reports of `candidate`'s container once it has caught up.
+    /// What the kubelet reports of `candidate`'s container once it has caught up, with its
+    /// times by the node's clock (the candidate's).
     fn pod_truth(candidate: &Candidate) -> PodStatus {
+        let (terminated, at) = match candidate.phase {
+            Phase::Down { since } => (true, since + candidate.clock_offset),
+            _ => (false, candidate.started_at),
+        };
         PodStatus {
             container: candidate.incarnation,
-            terminated: !candidate.is_up(),
+            terminated,
+            at,
         }
     }
 
@@ -793,6 +868,21 @@ impl Election {
         match action {
             Action::Tick => state.now += 1,
             Action::WatchLease => {
+                if let Some(deleted) = state.server.deleted.take() {
+                    // `Renewals::deleted`: the event carries the Lease as stored when deleted.
+                    state.controller.deleted_while_held = deleted.holder.map(|_| {
+                        let renewed = state
+                            .controller
+                            .renewal
+                            .filter(|r| r.is(&deleted))
+                            .map_or(now, |r| r.seen_at);
+                        renewed + deleted.duration
+                    });
+                    state.controller.renewal = None;
+                }
+                if state.server.lease.is_some() {
+                    state.controller.deleted_while_held = None;
+                }
                 state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 if let Some(lease) = state.server.lease {
@@ -806,6 +896,21 @@ impl Election {
             }
             Action::RestartController => {
                 state.controller_restarts += 1;
+                // `Renewals::relisted`: a Lease known before and not listed was deleted; the
+                // deletion event itself is not delivered.
+                state.server.deleted = None;
+                state.controller.deleted_while_held =
+                    match (state.server.lease, state.controller.renewal) {
+                        (None, Some(renewal)) => renewal.holder.map(|_| {
+                            renewal.seen_at.min(now)
+                                + state
+                                    .controller
+                                    .delivered
+                                    .map_or(self.timing.lease_duration, |l| l.duration)
+                        }),
+                        (None, None) => state.controller.deleted_while_held,
+                        (Some(_), _) => None,
+                    };
                 state.controller.delivered = state.server.lease;
                 state.controller.lease = state.server.lease;
                 state
@@ -842,6 +947,7 @@ impl Election {
                     },
                 });
                 state.candidates[slot].registered = true;
+                state.unanswered_pings[slot] = 0;
             }
             Action::Follow(id) => self.follow(state, id),
             Action::Check(id) => self.check(state, id),
@@ -898,11 +1004,23 @@ impl Election {
                 candidate.phase = Phase::Following;
                 if self.bounds.pod_liveness {
                     candidate.incarnation += 1;
+                    candidate.started_at = now + candidate.clock_offset;
                 }
             }
             Action::CutOff(id) => {
                 state.cut_offs += 1;
                 state.candidates[usize::from(id)].cut_off_until = now + self.cut_off_for();
+            }
+            Action::DeleteLease => {
+                state.lease_deletions += 1;
+                state.server.deleted = state.server.lease.take().map(|l| StoredLease {
+                    resource_version: 0,
+                    ..l
+                });
+            }
+            Action::DeleteCandidate(id) => {
+                state.candidate_deletions += 1;
+                state.server.candidates[usize::from(id)] = None;
             }
             Action::KubeletReports(id) => {
                 let slot = usize::from(id);
@@ -972,6 +1090,7 @@ impl Model for Election {
                     lease: None,
                     candidates: vec![None; n],
                     pods: vec![PodStatus::default(); n],
+                    deleted: None,
                 },
                 controller: Controller {
                     delivered: None,
@@ -981,6 +1100,7 @@ impl Model for Election {
                     sitting_out: vec![None; n],
                     pods: vec![PodStatus::default(); n],
                     reported: None,
+                    deleted_while_held: None,
                 },
                 candidates: offsets
                     .into_iter()
@@ -991,6 +1111,7 @@ impl Model for Election {
                         clock_offset,
                         cut_off_until: 0,
                         incarnation: 0,
+                        started_at: 0,
                     })
                     .collect(),
                 crashes: 0,
@@ -999,6 +1120,9 @@ impl Model for Election {
                 handed_off: false,
                 holder_reported_at: None,
                 declared_dead: false,
+                candidate_deletions: 0,
+                lease_deletions: 0,
+                unanswered_pings: vec![0; n],
                 violations: Violations::default(),
             })
             .collect()
@@ -1047,11 +1171,26 @@ pub const NOT_LEADERLESS: &str =
     "when faults stop, the Lease is not leaderless while a live candidate exists";
 /// The name of the check that pod liveness declares only a crashed holder dead.
 pub const POD_DEAD_ONLY_CRASHED: &str = "pod liveness declares only a crashed holder dead";
+/// The name of the check that pod liveness never declares a leading holder dead.
+pub const POD_DEAD_NOT_LEADING: &str = "pod liveness never declares a leading holder dead";
 /// The name of the liveness check of pod liveness.
 pub const POD_FAILOVER: &str =
     "after the kubelet's report of the holder's crash, a live candidate leads within the bound";
 /// The name of the sanity check that pod liveness fires.
 pub const POD_FIRES: &str = "pod liveness sometimes declares a crashed holder dead";
+/// The name of the check that a stale `preferredHolder` does not outlive faults
+/// (kubernetes#138066's shape: one naming a deleted candidate left the Lease leaderless).
+pub const NO_STALE_PREFERRED: &str =
+    "when faults stop, no preferredHolder names a candidate without a LeaseCandidate";
+/// The name of the check that no ping loop runs (kubernetes#138067, #138071: dead or deleted
+/// candidates pinged forever).
+pub const PINGS_BOUNDED: &str =
+    "after faults stop, a candidate that does not answer is pinged at most twice";
+/// How many pings, after faults stop, a candidate that does not answer may get: one ping per
+/// stretch of silence (a candidate unanswered for an ack window is left out until it renews,
+/// `plan::liveness`), one more when it released the Lease (a ping sent after the release was
+/// watched counts, `plan::liveness_since`).
+pub const MAX_UNANSWERED_PINGS: u8 = 2;
 /// The name of the sanity check that the model reaches a graceful hand-off.
 pub const HANDS_OFF: &str = "a pre-empted leader sometimes hands the Lease over";
 
@@ -1091,8 +1230,25 @@ pub fn properties() -> Vec<Property<Election>> {
                     .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
         }),
         Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
+        Property::always(NO_STALE_PREFERRED, |model: &Election, state: &State| {
+            state.now < model.horizon()
+                || state
+                    .server
+                    .lease
+                    .and_then(|l| l.preferred)
+                    .is_none_or(|p| state.server.candidates[usize::from(p)].is_some())
+        }),
+        Property::always(PINGS_BOUNDED, |_: &Election, state: &State| {
+            state
+                .unanswered_pings
+                .iter()
+                .all(|count| *count <= MAX_UNANSWERED_PINGS)
+        }),
         Property::always(POD_DEAD_ONLY_CRASHED, |_: &Election, state: &State| {
             !state.violations.declared_dead_while_running
+        }),
+        Property::always(POD_DEAD_NOT_LEADING, |_: &Election, state: &State| {
+            !state.violations.declared_dead_while_leading
         }),
         Property::always(POD_FAILOVER, |model: &Election, state: &State| {
             state

@@ -106,6 +106,12 @@ pub struct Bounds {
     pub pod_liveness: bool,
     /// Whether a crashed candidate may start again (during faults).
     pub restarts: bool,
+    /// How many LeaseCandidates of crashed candidates may be deleted (garbage collection, an
+    /// operator) during faults; with any, the pings sent after faults stop to a candidate that
+    /// does not answer are counted (kubernetes#138066, #138067/#138071). 0: neither.
+    pub candidate_deletions: u8,
+    /// How many times the Lease may be deleted (an operator, a namespace cleanup) during faults.
+    pub lease_deletions: u8,
 }
 
 impl Bounds {
@@ -119,5 +125,7 @@ impl Bounds {
         cut_off_heals: true,
         pod_liveness: false,
         restarts: true,
+        candidate_deletions: 0,
+        lease_deletions: 0,
     };
 }

@@ -160,14 +160,19 @@ impl StoredCandidate {
 
 /// What the kubelet reports of a candidate's container in its Pod's `status.containerStatuses[]`:
 /// which start of the candidate ([`Candidate::incarnation`]) runs in the current container,
-/// and whether that container is reported terminated. A later start implies that every earlier
-/// one was reported terminated (`lastState`), or replaced by an instance started after it.
+/// whether that container is reported terminated, and when it started or finished. A later start
+/// implies that every earlier one was reported terminated (`lastState`), or replaced by an
+/// instance started after it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct PodStatus {
     /// The start of the candidate in the current container.
     pub container: u8,
     /// Whether the current container is reported terminated.
     pub terminated: bool,
+    /// `finishedAt` of the current container when it is terminated, its `startedAt` otherwise,
+    /// by the node's clock (the candidate's: it stamps the candidate's `renewTime`), whole
+    /// seconds cut down (`pods.rs` `dead_since`).
+    pub at: Time,
 }
 
 /// `conclave_core::pod::process_dead` on the model's records: whether `pod` proves that the
@@ -187,6 +192,9 @@ pub struct Server {
     pub candidates: Vec<Option<StoredCandidate>>,
     /// Each candidate's Pod, as the kubelet last reported it.
     pub pods: Vec<PodStatus>,
+    /// The Lease as stored when it was last deleted, until the controller's watch delivers the
+    /// deletion (what its DELETED event carries) or a relist passes it over.
+    pub deleted: Option<StoredLease>,
 }
 
 /// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
@@ -333,6 +341,9 @@ pub struct Controller {
     pub pods: Vec<PodStatus>,
     /// The holder the kubelet reported dead (`pods.rs` `Reported`), if any.
     pub reported: Option<Reported>,
+    /// Until when the holder of the Lease, deleted while held, may still lead by this
+    /// controller's reckoning (`index.rs` `Renewals::deleted`, `held_after_deletion`).
+    pub deleted_while_held: Option<Time>,
 }
 
 /// A holder reported dead (`pods.rs` `Reported`): pinged when first seen, declared dead
@@ -346,9 +357,6 @@ pub struct Reported {
     /// Pings sent at or after this time count as asked since the report (the ping sent when it
     /// was seen).
     pub asked_since: Time,
-    /// The holder's `renewTime` as the controller had it when it saw the report: another one
-    /// since proves a live process.
-    pub renewal_at_report: Option<conclave_core::time::Timestamp>,
     /// Whether the holder answered or renewed since (it lives: the report is not acted on).
     pub answered: bool,
 }
@@ -400,6 +408,9 @@ pub struct Candidate {
     /// Which start of the process this is (counted only with pod liveness, whose records
     /// tell one start from the next).
     pub incarnation: u8,
+    /// When this start of the process began, by its own clock (the node's; only with pod
+    /// liveness, for the kubelet's `startedAt`).
+    pub started_at: Time,
 }
 
 impl Candidate {
@@ -427,6 +438,8 @@ pub struct Violations {
     pub lost_update: bool,
     /// Pod liveness declared a holder dead (`holder_dead`) whose process runs.
     pub declared_dead_while_running: bool,
+    /// Pod liveness declared a holder dead (`holder_dead`) whose process leads.
+    pub declared_dead_while_leading: bool,
 }
 
 /// The whole system at one instant.
@@ -453,6 +466,14 @@ pub struct State {
     pub holder_reported_at: Option<Time>,
     /// Pod liveness declared a crashed holder dead (for the sanity check that it fires).
     pub declared_dead: bool,
+    /// LeaseCandidates deleted so far.
+    pub candidate_deletions: u8,
+    /// Lease deletions so far.
+    pub lease_deletions: u8,
+    /// Per candidate, the pings written to its LeaseCandidate after faults stopped and since it
+    /// last wrote it (counted with [`crate::timing::Bounds::candidate_deletions`] only, up to
+    /// one more than [`crate::model::MAX_UNANSWERED_PINGS`]).
+    pub unanswered_pings: Vec<u8>,
     /// Broken properties.
     pub violations: Violations,
 }
@@ -554,9 +575,14 @@ impl core::fmt::Display for State {
             {
                 write!(
                     f,
-                    "[pod #{}{}]",
+                    "[pod #{}{} at {}]",
                     pod.container,
-                    if pod.terminated { " terminated" } else { "" }
+                    if pod.terminated {
+                        " terminated"
+                    } else {
+                        " started"
+                    },
+                    pod.at
                 )?;
             }
         }
