@@ -130,10 +130,12 @@ pub struct FileSource {
 pub struct PluginLimits {
     /// CPU time per call, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_ms: Option<u64>,
+    #[schemars(range(min = 1))]
+    pub time_ms: Option<i64>,
     /// Linear memory per call, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_bytes: Option<u64>,
+    #[schemars(range(min = 1))]
+    pub memory_bytes: Option<i64>,
 }
 
 /// What happens when a new version of a plugin cannot be loaded.
@@ -176,10 +178,10 @@ pub struct StrategyPluginStatus {
     pub loaded_at: Option<String>,
     /// Elections the version in service decided since it was loaded by the active controller.
     #[serde(default)]
-    pub decided: u64,
+    pub decided: i64,
     /// Elections it failed (trap, limit, error, invalid answer) in the same time.
     #[serde(default)]
-    pub failed: u64,
+    pub failed: i64,
 }
 
 /// A status condition, as `metav1.Condition`.

@@ -439,7 +439,7 @@ impl Job {
         let options = PluginOptions {
             settings: self.spec.settings.clone(),
             limits: self.spec.limits.map(|l| LimitOverrides {
-                time_ms: l.time_ms,
+                time_ms: l.time_ms.and_then(|ms| u64::try_from(ms).ok()),
                 memory_bytes: l.memory_bytes.and_then(|b| usize::try_from(b).ok()),
                 ..LimitOverrides::default()
             }),
@@ -799,8 +799,8 @@ fn status_of(engine: &Engine, name: &str, tracked: &Tracked) -> Option<StrategyP
         version: serving.map(|s| s.version.clone()),
         contract: serving.map(|s| s.contract.clone()),
         loaded_at: serving.map(|s| s.loaded_at.clone()),
-        decided: counts.decided,
-        failed: counts.failed,
+        decided: i64::try_from(counts.decided).unwrap_or(i64::MAX),
+        failed: i64::try_from(counts.failed).unwrap_or(i64::MAX),
     })
 }
 
