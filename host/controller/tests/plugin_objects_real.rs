@@ -148,6 +148,17 @@ async fn label_zone(candidates: &Api<LeaseCandidate>, name: &str, zone: &str) {
         .expect("labelling a candidate");
 }
 
+/// The engine's plain-`std` guest (host/engine/tests/fixtures/wasi-guest), which imports WASI.
+fn wasi_guest() -> std::path::PathBuf {
+    let target_dir = wasm_build::repo().join("target/wasi-guest");
+    let fixture = wasm_build::repo().join("host/engine/tests/fixtures/wasi-guest");
+    wasm_build::cargo_build_wasm(
+        &fixture,
+        &["--locked", "--target-dir", target_dir.to_str().unwrap()],
+    );
+    target_dir.join("wasm32-wasip2/release/wasi_guest.wasm")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_else() {
     let Some(plane) = ControlPlane::start().await.expect("control plane") else {
@@ -178,6 +189,7 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
     let oldest = std::fs::read(built.join("oldest_emulation_version.wasm"))
         .or_else(|_| std::fs::read(built.join("oldest-emulation-version.wasm")))
         .expect("oldest-emulation-version built");
+    let wasi = std::fs::read(wasi_guest()).expect("the WASI guest built");
     put_config_map(
         &maps,
         "plugins",
@@ -185,6 +197,7 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
             ("zone-affinity.wasm", zone_affinity.clone()),
             ("oldest.wasm", oldest),
             ("garbage.wasm", b"not a component".to_vec()),
+            ("wasi.wasm", wasi),
         ],
     )
     .await;
@@ -296,6 +309,12 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
     .await;
     apply(
         &plugins,
+        &name("wasi"),
+        from_config_map("plugins", "wasi.wasm", None),
+    )
+    .await;
+    apply(
+        &plugins,
         &name("missing"),
         from_config_map("absent", "x.wasm", None),
     )
@@ -306,6 +325,7 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
         ("pinned", "DigestMismatch"),
         ("unset", "SettingsInvalid"),
         ("missing", "PullFailed"),
+        ("wasi", "ImportsRefused"),
     ] {
         let failed = wait_ready(&plugins, &name(object), "False", reason).await;
         let message = &failed.status.unwrap().conditions[0].message;
@@ -377,6 +397,43 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
     .await;
     let pulled = wait_ready(&plugins, &name("priority"), "True", "Loaded").await;
     assert_eq!(pulled.status.unwrap().strategies, ["conclave.dev/priority"]);
+    // A new version (another digest of the same plugin, as a rebuild publishes it): in service
+    // with no restart, and the next election is decided by it (its own count starts at 0).
+    let mut rebuilt = priority.clone();
+    rebuilt.extend_from_slice(&[0, 9, 8]);
+    rebuilt.extend_from_slice(b"rebuilt!");
+    let pushed_v2 = conclave_oci::push(
+        &rebuilt,
+        &conclave_oci::Reference::parse(&format!("{}/strategies/priority:2", registry.host()))
+            .unwrap(),
+        &conclave_oci::Credentials::Anonymous,
+        &conclave_oci::ClientOptions::default().with_plain_http(registry.host()),
+        BTreeMap::new(),
+    )
+    .await
+    .expect("pushing the rebuilt priority plugin");
+    apply(
+        &plugins,
+        &name("priority"),
+        oci(pushed_v2.reference_with_digest.to_string()),
+    )
+    .await;
+    let v2_digest = conclave_oci::sha256_digest(&rebuilt);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while plugins
+        .get(&name("priority"))
+        .await
+        .ok()
+        .and_then(|p| p.status)
+        .and_then(|s| s.digest)
+        != Some(v2_digest.clone())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "version 2 never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let _p = candidate_in(
         &client,
         &ns,
