@@ -181,16 +181,28 @@ impl CandidateConfig {
     }
 
     /// The LeaseCandidate object this instance sends for `lease` (without `renewTime`): in a pod,
-    /// with the ownerReference and the annotations of [`CandidateConfig::pod`].
+    /// with the ownerReference and the annotations of [`CandidateConfig::pod`], and, when its
+    /// identity is this process's [`crate::default_identity`], the annotation saying no other
+    /// process uses it ([`conclave_core::pod::IDENTITY_ANNOTATION`]).
     #[must_use]
     pub fn object(&self, lease: &LeaseConfig) -> LeaseCandidate {
         let pod = self.pod.as_ref();
+        let annotations = pod.map(|pod| {
+            let mut annotations = pod.annotations();
+            if lease.identity == crate::identity::default_identity() {
+                annotations.insert(
+                    conclave_core::pod::IDENTITY_ANNOTATION.to_owned(),
+                    conclave_core::pod::PER_PROCESS.to_owned(),
+                );
+            }
+            annotations
+        });
         LeaseCandidate {
             metadata: ObjectMeta {
                 name: Some(lease.identity.clone()),
                 namespace: Some(lease.namespace.clone()),
                 labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
-                annotations: pod.map(PodRef::annotations),
+                annotations,
                 owner_references: pod
                     .and_then(|pod| pod.owner_reference(&lease.namespace))
                     .map(|owner| vec![owner]),

@@ -33,6 +33,17 @@ pub const CONTAINER_ID_ANNOTATION: &str = "coordination.conclave.dev/container-i
 /// clock that also stamps the kubelet's `startedAt`).
 pub const PROCESS_STARTED_ANNOTATION: &str = "coordination.conclave.dev/process-started";
 
+/// Annotation on a LeaseCandidate: [`PER_PROCESS`] when its name (the holder identity) was drawn
+/// by this process and is never used by another (`conclave-candidate`'s default identity: the
+/// Pod's name and a random suffix per process). Then a renewal of the Lease under that identity
+/// can only be this process's: a restarted container cannot have renewed it, and the kubelet's
+/// report that this process's container terminated is enough, whatever second the last renewal
+/// fell in.
+pub const IDENTITY_ANNOTATION: &str = "coordination.conclave.dev/identity";
+
+/// The value of [`IDENTITY_ANNOTATION`] for an identity used by one process only.
+pub const PER_PROCESS: &str = "per-process";
+
 /// What a LeaseCandidate records about the process behind it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessRecord {

@@ -479,7 +479,20 @@ impl Reports {
                 recheck_at,
             };
         };
+        // An identity used by this process only: no restarted process can have renewed under
+        // it, so only a renewal a whole second after the kubelet's time (which the dead process
+        // cannot have made) says the evidence is wrong. Otherwise a renewal in the second of the
+        // death may be a restarted process's (finding B), and keeps the holder.
+        let per_process = candidate
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(conclave_core::pod::IDENTITY_ANNOTATION))
+            .is_some_and(|v| v == conclave_core::pod::PER_PROCESS);
         let renewed_alive = match dead_since {
+            Some(since) if per_process => {
+                renewed.is_some_and(|renewed| renewed >= since + Duration::from_secs(1))
+            }
             Some(since) => renewed.is_some_and(|renewed| renewed >= since),
             None => renewed != reported.renewal_at_report,
         };

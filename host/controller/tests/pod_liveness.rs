@@ -76,14 +76,17 @@ fn running_status(started: jiff::Timestamp) -> Value {
 
 impl Scenario {
     async fn start(name: &str, duration: i32, config: ControllerConfig) -> Self {
-        Self::start_with(name, duration, config, |_| {}).await
+        Self::start_with(name, duration, config, |_| {}, None).await
     }
 
+    /// A scenario whose holder uses `identity` (by default a fixed one, not this process's
+    /// [`conclave_candidate::default_identity`]).
     async fn start_with(
         name: &str,
         duration: i32,
         config: ControllerConfig,
         faults: impl FnOnce(&conclave_emulator::RunningEmulator),
+        identity: Option<String>,
     ) -> Self {
         let (emulator, client) = emulator().await;
         faults(&emulator);
@@ -108,7 +111,7 @@ impl Scenario {
         .unwrap();
         let controller = start(client.clone(), config);
 
-        let holder = format!("{pod_name}-1a2b3c4d");
+        let holder = identity.unwrap_or_else(|| format!("{pod_name}-1a2b3c4d"));
         let lease = format!("lease-{name}");
         let lease_config = LeaseConfig::new(NS, &lease, &holder);
         let candidate_config =
@@ -286,6 +289,48 @@ async fn a_terminated_container_fails_over_before_expiry() {
     )
     .await;
     s.assert_fires(last, "terminated").await;
+}
+
+/// An identity drawn by its own process (`conclave-candidate`'s default, which it annotates
+/// `per-process`): a last renewal in the very second its container died cannot be a restarted
+/// process's, so the kubelet's report fails over before expiry even then.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_process_identity_fails_over_even_when_it_renewed_in_the_second_it_died() {
+    let s = Scenario::start_with(
+        "same-second",
+        LONG,
+        controller_config(),
+        |_| {},
+        Some(conclave_candidate::default_identity()),
+    )
+    .await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
+    let registered = candidates.get(&s.holder).await.unwrap();
+    assert_eq!(
+        registered
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(conclave_core::pod::IDENTITY_ANNOTATION)
+            .map(String::as_str),
+        Some(conclave_core::pod::PER_PROCESS),
+        "conclave-candidate annotates its default identity"
+    );
+    let last = s.kill_holder().await;
+    // finishedAt in the second of the last renewal: the kubelet's whole seconds put the death
+    // at or before that renewal.
+    let died = jiff::Timestamp::from_microsecond(last.as_micros()).unwrap();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        OURS,
+        json!({"terminated": {"exitCode": 137, "reason": "Error",
+            "startedAt": rfc3339(died - jiff::SignedDuration::from_secs(60)),
+            "finishedAt": rfc3339(died), "containerID": format!("containerd://{OURS}")}}),
+        json!({}), 0)]}}),
+    )
+    .await;
+    s.assert_fires(last, "terminated in the second of its last renewal")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -516,11 +561,17 @@ async fn with_pod_liveness_off_a_terminated_container_waits_for_expiry() {
 /// RBAC refuses pods to the controller: it keeps electing, and fails over at expiry.
 #[tokio::test(flavor = "multi_thread")]
 async fn when_pods_are_forbidden_the_controller_falls_back_to_expiry() {
-    let s = Scenario::start_with("forbidden", SHORT, controller_config(), |emulator| {
-        emulator
-            .faults()
-            .fail_next(Verb::List, "pods", usize::MAX, Failure::Forbidden);
-    })
+    let s = Scenario::start_with(
+        "forbidden",
+        SHORT,
+        controller_config(),
+        |emulator| {
+            emulator
+                .faults()
+                .fail_next(Verb::List, "pods", usize::MAX, Failure::Forbidden);
+        },
+        None,
+    )
     .await;
     let last = s.kill_holder().await;
     s.kubelet_writes(json!({"status": {"containerStatuses": [container_status(
