@@ -163,8 +163,8 @@ impl Caches {
             .find(|s| s.namespace.as_deref().is_none_or(|ns| ns == namespace))
     }
 
-    /// The Lease as last seen: this controller's own write if its watch event has not arrived
-    /// yet (see [`super::own_writes`]), else the cached one.
+    /// The Lease as last seen: this controller's own write, or its read after a conflict, if no
+    /// watch event of it has arrived since (see [`super::own_writes`]), else the cached one.
     #[must_use]
     pub fn lease(&self, key: &LeaseKey) -> Option<Arc<Lease>> {
         if let Some(written) = self.own_writes.get(key) {
@@ -181,9 +181,18 @@ impl Caches {
         self.own_writes.begin(key.clone())
     }
 
-    /// Forgets the controller's own write of a Lease (a write based on it was refused).
-    pub fn forget_write(&self, key: &LeaseKey) {
-        self.own_writes.forget(key);
+    /// A read of the Lease is about to be sent after a write conflict; pass what it found to
+    /// [`WriteTicket::succeeded`] or [`WriteTicket::found_deleted`], so that it stands in for the
+    /// cache until the watch catches up (see [`super::own_writes`]).
+    pub fn begin_read(&self, key: &LeaseKey) -> WriteTicket {
+        self.own_writes.begin(key.clone())
+    }
+
+    /// Whether a read found the Lease deleted before the watch delivered its deletion: no step
+    /// may run on the cache until it does (see [`super::own_writes`]).
+    #[must_use]
+    pub fn deleted_ahead_of_watch(&self, key: &LeaseKey) -> bool {
+        self.own_writes.deleted(key)
     }
 
     /// The cached candidate.

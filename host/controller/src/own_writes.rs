@@ -1,14 +1,23 @@
-//! Read-your-writes for the controller's own Lease writes.
+//! Read-your-writes for the controller's own Lease writes, and for what it read of a Lease after
+//! a write conflict.
 //!
 //! Right after a write, the cache still holds the Lease as it was before: the watch event that
 //! brings the new version comes a little later. A step that runs in between (another candidate of
 //! the same Lease appeared) would decide on the old version and write again, only to be refused
 //! with a conflict. So the Lease as the server returned it is kept and read instead of the cache,
-//! until the next watch event of that Lease (then the cache holds the write or something newer),
-//! a relist, or a conflict.
+//! until the next watch event of that Lease (then the cache holds the write or something newer)
+//! or a relist.
 //!
-//! A write whose response arrives after a watch event of its Lease is not kept: that event may be
-//! the write itself or a newer change, and the cache is then at least as new as the write.
+//! A write refused as a conflict is followed by a read of the Lease, and what that read found is
+//! kept the same way: the watch may still be behind this controller's own earlier write (or
+//! another writer's create), and forgetting the write would leave a cache showing no Lease at
+//! all, on which a step creates it for whoever is best while its holder leads. A read that finds
+//! the Lease deleted is kept too, as a deletion the watch has not delivered: no step runs on the
+//! Lease until the watch delivers it (with the deleted Lease's last state, which says until when
+//! its holder may lead; see `index.rs`), or a relist.
+//!
+//! A write or read whose answer arrives after a watch event of its Lease is not kept: that event
+//! may be the same version or a newer change, and the cache is then at least as new.
 
 use super::key::LeaseKey;
 use super::lock;
@@ -16,23 +25,34 @@ use k8s_openapi::api::coordination::v1::Lease;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// What this controller learnt of a Lease ahead of its watch.
+#[derive(Debug, Clone)]
+enum Known {
+    /// The Lease as this controller last wrote or read it.
+    Stored(Arc<Lease>),
+    /// A read found the Lease deleted.
+    Deleted,
+}
+
 #[derive(Default)]
 struct State {
-    /// Lease key -> the Lease as this controller last wrote it.
-    written: HashMap<LeaseKey, Arc<Lease>>,
-    /// Lease key -> the ticket of the write in flight, while no watch event of it has arrived.
+    /// Lease key -> what this controller last learnt of it ahead of the watch.
+    known: HashMap<LeaseKey, Known>,
+    /// Lease key -> the ticket of the write or read in flight, while no watch event of it has
+    /// arrived.
     in_flight: HashMap<LeaseKey, u64>,
     next_ticket: u64,
 }
 
-/// The controller's own Lease writes whose watch events have not arrived yet.
+/// The controller's own Lease writes, and its reads after a conflict, whose watch events have
+/// not arrived yet.
 #[derive(Default)]
 pub struct OwnWrites {
     state: Mutex<State>,
 }
 
-/// A Lease write in flight (see [`OwnWrites::begin`]); dropping it without
-/// [`WriteTicket::succeeded`] records nothing.
+/// A Lease write or read in flight (see [`OwnWrites::begin`]); dropping it without
+/// [`WriteTicket::succeeded`] or [`WriteTicket::found_deleted`] records nothing.
 pub struct WriteTicket {
     owner: Arc<OwnWrites>,
     key: LeaseKey,
@@ -44,7 +64,7 @@ impl OwnWrites {
         lock(&self.state)
     }
 
-    /// A write of Lease `key` is about to be sent.
+    /// A write or read of Lease `key` is about to be sent.
     pub fn begin(self: &Arc<Self>, key: LeaseKey) -> WriteTicket {
         let mut state = self.lock();
         state.next_ticket += 1;
@@ -57,42 +77,55 @@ impl OwnWrites {
         }
     }
 
-    /// The Lease `key` as this controller wrote it, if no watch event of it came since.
+    /// The Lease `key` as this controller last wrote or read it, if no watch event of it came
+    /// since.
     #[must_use]
     pub fn get(&self, key: &LeaseKey) -> Option<Arc<Lease>> {
-        self.lock().written.get(key).cloned()
+        match self.lock().known.get(key) {
+            Some(Known::Stored(lease)) => Some(Arc::clone(lease)),
+            Some(Known::Deleted) | None => None,
+        }
+    }
+
+    /// Whether a read found Lease `key` deleted and no watch event of it came since.
+    #[must_use]
+    pub fn deleted(&self, key: &LeaseKey) -> bool {
+        matches!(self.lock().known.get(key), Some(Known::Deleted))
     }
 
     /// A watch event of Lease `key` arrived: the cache is now the truth for it.
     pub fn observed(&self, key: &LeaseKey) {
         let mut state = self.lock();
-        state.written.remove(key);
+        state.known.remove(key);
         state.in_flight.remove(key);
     }
 
     /// A relist completed: the cache is the truth for every Lease.
     pub fn relisted(&self) {
         let mut state = self.lock();
-        state.written.clear();
+        state.known.clear();
         state.in_flight.clear();
-    }
-
-    /// A write based on the kept Lease `key` was refused: stop reading it.
-    pub fn forget(&self, key: &LeaseKey) {
-        self.lock().written.remove(key);
     }
 }
 
 impl WriteTicket {
-    /// The write succeeded and the server returned `written`; it is kept unless a watch event of
-    /// the Lease arrived while the write was in flight.
-    pub fn succeeded(self, written: &Lease) {
+    /// The write or read succeeded and the server returned `stored`; it is kept unless a watch
+    /// event of the Lease arrived while the request was in flight.
+    pub fn succeeded(self, stored: &Lease) {
+        self.keep(Known::Stored(Arc::new(stored.clone())));
+    }
+
+    /// The read found the Lease deleted; that is kept unless a watch event of the Lease arrived
+    /// while the read was in flight.
+    pub fn found_deleted(self) {
+        self.keep(Known::Deleted);
+    }
+
+    fn keep(self, known: Known) {
         let mut state = self.owner.lock();
         // The in-flight entry goes when the ticket is dropped, right after.
         if state.in_flight.get(&self.key) == Some(&self.id) {
-            state
-                .written
-                .insert(self.key.clone(), Arc::new(written.clone()));
+            state.known.insert(self.key.clone(), known);
         }
     }
 }
@@ -166,16 +199,44 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_or_a_relist_drops_kept_writes() {
+    fn a_read_after_a_conflict_replaces_the_kept_write_until_the_next_watch_event() {
         let own = Arc::new(OwnWrites::default());
         own.begin(key()).succeeded(&lease("10"));
-        own.forget(&key());
+        own.begin(key()).succeeded(&lease("11"));
+        assert_eq!(kept_version(&own).as_deref(), Some("11"));
+        own.observed(&key());
         assert!(own.get(&key()).is_none());
+    }
 
+    #[test]
+    fn a_read_finding_the_lease_deleted_is_kept_until_the_watch_delivers_an_event() {
+        let own = Arc::new(OwnWrites::default());
+        own.begin(key()).succeeded(&lease("10"));
+        own.begin(key()).found_deleted();
+        assert!(own.deleted(&key()));
+        assert!(own.get(&key()).is_none(), "no Lease to step on");
+        assert!(!own.deleted(&other()));
+        own.observed(&key());
+        assert!(!own.deleted(&key()), "the watch delivered the deletion");
+
+        let reading = own.begin(key());
+        own.observed(&key());
+        reading.found_deleted();
+        assert!(
+            !own.deleted(&key()),
+            "a watch event during the read is at least as new"
+        );
+    }
+
+    #[test]
+    fn a_relist_drops_kept_writes_and_deletions() {
+        let own = Arc::new(OwnWrites::default());
+        own.begin(other()).found_deleted();
         own.begin(key()).succeeded(&lease("12"));
         let in_flight = own.begin(other());
         own.relisted();
         assert!(own.get(&key()).is_none());
+        assert!(!own.deleted(&other()));
         in_flight.succeeded(&lease("13"));
         assert!(
             own.get(&other()).is_none(),

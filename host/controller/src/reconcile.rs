@@ -55,15 +55,33 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &LeaseKey, triggered_at: Instant
 }
 
 async fn reconcile_key(ctx: &Arc<Context>, key: &LeaseKey) -> (Next, Progress) {
+    if ctx.caches.deleted_ahead_of_watch(key) {
+        tracing::debug!(
+            "the Lease was read deleted; waiting for the watch to deliver its deletion"
+        );
+        return (Next::Retry, Progress::Continues);
+    }
     let mut lease_obj = ctx.caches.lease(key);
     for _ in 0..CONFLICT_ATTEMPTS {
         match step(ctx, key, lease_obj.as_deref()).await {
             Ok(stepped) => return stepped,
             Err(StepError::Conflict) => {
                 tracing::debug!("Lease changed under the write; re-reading it");
-                ctx.caches.forget_write(key);
+                // What the read finds stands in for the cache until the watch catches up: the
+                // watch may still be behind this controller's own earlier write, and a cache
+                // showing no Lease would let a later step create it while its holder leads.
+                let reading = ctx.caches.begin_read(key);
                 match ctx.writer.read_lease(key).await {
-                    Ok(fresh) => lease_obj = fresh.map(Arc::new),
+                    Ok(Some(fresh)) => {
+                        reading.succeeded(&fresh);
+                        lease_obj = Some(Arc::new(fresh));
+                    }
+                    Ok(None) => {
+                        // Deleted: its deletion, when the watch delivers it, says until when its
+                        // holder may lead; a step now would create it at once.
+                        reading.found_deleted();
+                        return (Next::Retry, Progress::Continues);
+                    }
                     Err(error) => {
                         tracing::warn!(%error, "re-reading the Lease after a conflict");
                         return (Next::Retry, Progress::Continues);

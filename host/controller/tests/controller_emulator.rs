@@ -1024,3 +1024,97 @@ async fn counts_leases_without_holder_while_candidates_exist() {
     wait_lease(&leases, "l", "b elected", |r| r.holder() == Some("b")).await;
     wait_leaderless(active_addr, 0.0, "b holds l").await;
 }
+
+/// The Lease a step read after a write conflict stands in the cache until the watch catches up.
+/// Here the holder made its Lease itself (as a component that is not yet coordinated does, or
+/// the previous active replica just before a hand-over) while the controller's watch lags behind:
+/// the controller's create is refused as a conflict, it reads the Lease, and finds its holder is
+/// the best. Then an operator deletes the Lease and the holder's LeaseCandidate, still ahead of
+/// the watch. Were the read forgotten, the controller would see no Lease and no deletion, and
+/// create the Lease for the other candidate at once while the deleted Lease's holder still leads
+/// (the model's two-leader trace, tests/model/README.md). It must wait, as for any Lease deleted
+/// while held, until the holder's term could have ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_read_after_a_conflict_stands_in_while_the_watch_lags() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), NS);
+    let addr = free_addr();
+    let mut cfg = config(NS, "c1");
+    cfg.metrics_addr = Some(addr);
+    let _controller = start(client.clone(), cfg);
+    wait_metrics(addr, "the controller to be active", |body| {
+        body.contains("conclave_active 1")
+    })
+    .await;
+
+    emu.faults().hold_watch_events("leases");
+    let duration = 10;
+    let renewed = jiff::Timestamp::now();
+    create_lease(
+        &leases,
+        "l",
+        LeaseSpec {
+            holder_identity: Some("a".into()),
+            lease_duration_seconds: Some(duration),
+            acquire_time: Some(micro(renewed)),
+            renew_time: Some(micro(renewed)),
+            strategy: Some(OEV.into()),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    let a = candidate(&client, "a", "l", "1.30.0", "1.30.0", OEV).await;
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", OEV).await;
+    // The controller tried to create the Lease, was refused, and read it; its cache holds both
+    // candidates.
+    let conflicts = r#"conclave_api_writes_total{operation="lease_create",result="conflict"}"#;
+    wait_metrics(addr, "the create's conflict and both candidates", |body| {
+        metric_sum(body, conflicts) >= 1.0 && metric_sum(body, "conclave_candidates ") == 2.0
+    })
+    .await;
+
+    leases.delete("l", &Default::default()).await.unwrap();
+    a.stop();
+    candidates.delete("a", &Default::default()).await.unwrap();
+    // The candidate's deletion starts a step at once, on what the controller knows while its
+    // watch of Leases lags. The watch stays held until the cache shows the deletion (the gauge
+    // is refreshed every 2 s) and a second more: time for that step to act, not a bound.
+    wait_metrics(addr, "the candidate's deletion", |body| {
+        metric_sum(body, "conclave_candidates ") == 1.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    emu.faults().release_watch_events("leases");
+
+    let elected = wait_lease(&leases, "l", "b to be elected", |r| r.holder() == Some("b")).await;
+    let term_end = renewed + jiff::SignedDuration::from_secs(duration.into());
+    let acquired = jiff::Timestamp::from_microsecond(
+        elected
+            .acquire_time
+            .expect("acquireTime written")
+            .as_micros(),
+    )
+    .unwrap();
+    assert!(
+        acquired >= term_end,
+        "b was elected at {acquired}, while a, whose Lease was deleted, could lead until \
+         {term_end}"
+    );
+}
+
+/// Waits until the controller's `/metrics` at `addr` satisfy `check`.
+async fn wait_metrics(addr: std::net::SocketAddr, what: &str, check: impl Fn(&str) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = scrape(addr).await;
+        if check(&body) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; /metrics:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,4 +1,4 @@
-//! Fault injection for tests: latency, failing requests, dropped watches, expired history.
+//! Fault injection for tests: latency, failing requests, dropped or held watches, expired history.
 //!
 //! Only reachable in-process through [`crate::RunningEmulator::faults`]; nothing on the HTTP
 //! side can turn faults on.
@@ -6,8 +6,10 @@
 use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use crate::store::Store;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// An API verb, as Kubernetes names it in authorization and audit.
@@ -86,6 +88,8 @@ struct FaultState {
 pub(crate) struct FaultsInner {
     state: Mutex<FaultState>,
     watches: Mutex<CancellationToken>,
+    /// The resources (plural names) whose watch events are held back.
+    held: watch::Sender<BTreeSet<String>>,
     store: Arc<Store>,
 }
 
@@ -109,6 +113,7 @@ impl Faults {
             inner: Arc::new(FaultsInner {
                 state: Mutex::new(FaultState::default()),
                 watches: Mutex::new(CancellationToken::new()),
+                held: watch::Sender::new(BTreeSet::new()),
                 store,
             }),
         }
@@ -148,16 +153,36 @@ impl Faults {
         *token = CancellationToken::new();
     }
 
+    /// Holds back the events of every open watch of `resource` (plural name, e.g. `leases`),
+    /// bookmarks included, until [`Faults::release_watch_events`]: the connections stay open and
+    /// the events queue up in order, as when kube-apiserver's watch cache falls behind etcd.
+    /// Lets a test make a client act on a cache that lags behind the server. Watches started
+    /// while held send their initial list and replay at once, and hold only later events.
+    pub fn hold_watch_events(&self, resource: &str) {
+        self.inner.held.send_modify(|held| {
+            held.insert(resource.to_owned());
+        });
+    }
+
+    /// Delivers the events held back by [`Faults::hold_watch_events`] of `resource`, in order,
+    /// and stops holding them.
+    pub fn release_watch_events(&self, resource: &str) {
+        self.inner.held.send_modify(|held| {
+            held.remove(resource);
+        });
+    }
+
     /// Forgets the watch history, so the next watch from an older resourceVersion gets 410 Gone.
     pub fn expire_history(&self) {
         self.inner.store.expire_history();
     }
 
-    /// Removes latency and pending failures.
+    /// Removes latency and pending failures, and releases held watch events.
     pub fn clear(&self) {
         let mut st = self.state();
         st.latency = Duration::ZERO;
         st.rules.clear();
+        self.inner.held.send_modify(BTreeSet::clear);
     }
 
     /// A token cancelled by the next [`Faults::drop_watches`].
@@ -167,6 +192,11 @@ impl Faults {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Which resources' watch events are held back (see [`Faults::hold_watch_events`]).
+    pub(crate) fn held_watches(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.inner.held.subscribe()
     }
 
     /// Applies latency and consumes a matching failure rule, if any. `name` gives the object the

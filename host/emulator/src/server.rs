@@ -532,6 +532,7 @@ impl Handler<'_> {
             dropped: self.app.faults.watch_token(),
             shutdown: self.app.shutdown.clone(),
             bookmark_interval: self.app.bookmark_interval,
+            held: self.app.faults.held_watches(),
         };
         let body = watch::watch_body(self.app.store.clone(), req, control);
         let mut resp = Response::new(body);

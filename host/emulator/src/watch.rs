@@ -47,6 +47,8 @@ pub(crate) struct WatchControl {
     pub shutdown: CancellationToken,
     /// Interval between periodic bookmarks.
     pub bookmark_interval: Duration,
+    /// The resources whose live events are held back (`Faults::hold_watch_events`).
+    pub held: tokio::sync::watch::Receiver<std::collections::BTreeSet<String>>,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -219,13 +221,21 @@ async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
         tokio::time::Instant::now() + control.bookmark_interval,
         control.bookmark_interval,
     );
+    let plural = RESOURCES[req.res].plural;
+    let mut held = control.held;
     loop {
+        // Held events wait in `live`, in order, until released (a long hold ends in `Lagged`,
+        // as a watcher too slow to keep up would).
+        let holding = held.borrow_and_update().contains(plural);
         tokio::select! {
             () = control.dropped.cancelled() => return,
             () = control.shutdown.cancelled() => return,
             () = &mut deadline => return,
             () = sender.tx.closed() => return,
-            received = live.recv() => match received {
+            changed = held.changed() => if changed.is_err() {
+                return;
+            },
+            received = live.recv(), if !holding => match received {
                 Ok(ev) if ev.rv <= skip_through => {}
                 Ok(ev) => {
                     last_rv = ev.rv;
@@ -236,7 +246,7 @@ async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
                 // A watcher too slow to keep up is closed; it resumes from its last version.
                 Err(broadcast::error::RecvError::Lagged(_) | broadcast::error::RecvError::Closed) => return,
             },
-            _ = ticker.tick(), if req.bookmarks => {
+            _ = ticker.tick(), if req.bookmarks && !holding => {
                 if !sender.send(bookmark(req.res, last_rv, false)).await {
                     return;
                 }

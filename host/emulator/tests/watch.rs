@@ -1,6 +1,7 @@
 //! Watches through kube-rs: resume from a resourceVersion, selectors entering and leaving,
 //! initial events with the end bookmark, periodic bookmarks, timeoutSeconds, 410 Gone in the
-//! stream, and kube-runtime watchers recovering from dropped watches and expired history.
+//! stream, kube-runtime watchers recovering from dropped watches and expired history, and watch
+//! events held back and released.
 
 mod common;
 
@@ -350,6 +351,44 @@ async fn drop_watches_ends_open_streams() {
         next(&mut again).await.unwrap(),
         WatchEvent::Added(_)
     ));
+}
+
+#[tokio::test]
+async fn held_watch_events_arrive_in_order_when_released() {
+    let (emulator, client) = common::start().await;
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    let mut stream = api
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &lease("d", "a"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut stream).await.unwrap(),
+        WatchEvent::Added(_)
+    ));
+
+    emulator.faults().hold_watch_events("leases");
+    api.create(&PostParams::default(), &lease("e", "b"))
+        .await
+        .unwrap();
+    api.delete("d", &DeleteParams::default()).await.unwrap();
+    // Reads see the changes; the watch does not (yet).
+    assert!(api.get_opt("d").await.unwrap().is_none());
+    let early = tokio::time::timeout(std::time::Duration::from_millis(500), stream.next()).await;
+    assert!(early.is_err(), "an event arrived while held: {early:?}");
+
+    emulator.faults().release_watch_events("leases");
+    match next_change(&mut stream).await {
+        WatchEvent::Added(l) => assert_eq!(l.metadata.name.as_deref(), Some("e")),
+        other => panic!("expected e's creation first, got {other:?}"),
+    }
+    match next_change(&mut stream).await {
+        WatchEvent::Deleted(l) => assert_eq!(l.metadata.name.as_deref(), Some("d")),
+        other => panic!("expected d's deletion next, got {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -238,7 +238,11 @@ impl Election {
     // The controller.
 
     /// `reconcile.rs`: one step on the cached snapshot; after a write conflict the Lease is read
-    /// again and the step runs again on that read, up to [`CONFLICT_ATTEMPTS`] times.
+    /// again, the read stands in for the cache until the watch delivers the next event
+    /// (`own_writes.rs`), and the step runs again on it, up to [`CONFLICT_ATTEMPTS`] times.
+    /// (A read finding the Lease deleted, kept as a deletion ahead of the watch there, cannot
+    /// happen here: a conflict and its read are one action, and a create conflicts only with a
+    /// stored Lease.)
     fn step(&self, state: &mut State) {
         let mut lease = state.controller.lease;
         for _ in 0..CONFLICT_ATTEMPTS {
@@ -250,7 +254,7 @@ impl Election {
                 // retried later from the cache, not re-read.
                 return;
             }
-            state.controller.lease = state.controller.delivered;
+            state.controller.lease = state.server.lease;
             lease = state.server.lease;
         }
     }
