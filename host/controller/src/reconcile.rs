@@ -405,7 +405,8 @@ fn sit_out_never_renewed(
     now: Timestamp,
 ) {
     let (strikes, until) = ctx.caches.sit_out(key, holder, now);
-    let seconds = until.elapsed_at(now).as_secs();
+    // How long from now until the sit-out ends.
+    let seconds = now.elapsed_at(until).as_secs();
     ctx.metrics.holders_never_renewed.inc();
     tracing::warn!(%holder, %winner, strikes, sits_out_s = seconds, "the holder never renewed the Lease it was given; electing another");
     ctx.events.publish_about_candidate(

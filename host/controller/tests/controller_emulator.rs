@@ -1118,3 +1118,28 @@ async fn wait_metrics(addr: std::net::SocketAddr, what: &str, check: impl Fn(&st
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A holder that answers pings but never renews the Lease it was given (its RBAC or an admission
+/// policy refuses its Lease updates) is set aside once the Lease expires: the next best is
+/// elected, and the Warning Event says for how long the holder sits out (a minute the first
+/// time), so an operator knows when it will be tried again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_that_never_renews_sits_out_for_a_minute_and_the_event_says_so() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    // Both answer pings and neither renews the Lease: `a`, the best, is elected first.
+    let _a = candidate(&client, "a", "l", "1.30.0", "1.30.0", OEV).await;
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a to hold l", |r| r.holder() == Some("a")).await;
+    wait_lease(&leases, "l", "b to be elected instead", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let event = wait_event(&client, NS, "l", "HolderNeverRenewed").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("a sits out this Lease's elections for 60 s (time 1 in a row)"),
+        "{note}"
+    );
+}
