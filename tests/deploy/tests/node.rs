@@ -3,7 +3,8 @@
 //! starting, probing, restarting and evicting the replicas. What an operator's first install
 //! relies on: both replicas Ready through the chart's own probes, exactly one active, the
 //! PodDisruptionBudget counting them, the securityContext in force in the running containers,
-//! plugins shipped in the chart's ConfigMap or as an image volume electing a Lease, and the
+//! plugins shipped in the chart's ConfigMap or as an image volume electing a Lease, a plugin
+//! pushed to a registry and applied as a StrategyPlugin loading live in the running pods, and the
 //! failures a real node brings (a killed container, a deleted pod, evictions). The README's quick
 //! start runs here as written.
 //!
@@ -28,7 +29,7 @@ use conclave_deploy_tests::{
 use conclave_testkit::wasm_build::build_plugins;
 use conclave_testkit::{
     CandidateResponder, ControlPlane, KUBERNETES_VERSION, NODE_NAME, Node, Observer, PROBE_IMAGE,
-    lease_candidate, wait_for,
+    Registry, lease_candidate, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -209,12 +210,25 @@ fn holder_log(kubeconfig: &Path) -> Observer<HolderLog> {
 /// the older emulation version: `OldestEmulationVersion` would pick it) and `high` (priority
 /// 20), and waits until the controller made `high` the holder: only the plugin picks it.
 async fn elect_through_the_priority_plugin(client: &Client) -> Vec<CandidateResponder> {
+    elect_through_priority(client, ELECTION_LEASE).await
+}
+
+/// [`elect_through_the_priority_plugin`] for the Lease `lease`, with candidates named after it
+/// (`LEASE-low`, `LEASE-high`) unless it is [`ELECTION_LEASE`].
+async fn elect_through_priority(client: &Client, lease: &str) -> Vec<CandidateResponder> {
+    let name = |who: &str| {
+        if lease == ELECTION_LEASE {
+            who.to_owned()
+        } else {
+            format!("{lease}-{who}")
+        }
+    };
     let mut responders = Vec::new();
-    for (name, priority, emulation) in [("low", "10", "1.36.0"), ("high", "20", "1.37.0")] {
+    for (who, priority, emulation) in [("low", "10", "1.36.0"), ("high", "20", "1.37.0")] {
         let mut candidate = lease_candidate(
             ELECTION_NAMESPACE,
-            name,
-            ELECTION_LEASE,
+            &name(who),
+            lease,
             "1.37.0",
             Some(emulation),
             "conclave.dev/priority",
@@ -228,14 +242,15 @@ async fn elect_through_the_priority_plugin(client: &Client) -> Vec<CandidateResp
         );
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), ELECTION_NAMESPACE);
+    let high = name("high");
     let spec = wait_for(
         "the priority plugin's winner holds the Lease",
         ELECTION_TIMEOUT,
         || {
-            let leases = leases.clone();
+            let (leases, high) = (leases.clone(), high.clone());
             async move {
-                let spec = leases.get_opt(ELECTION_LEASE).await?.and_then(|l| l.spec);
-                Ok(spec.filter(|s| s.holder_identity.as_deref() == Some("high")))
+                let spec = leases.get_opt(lease).await?.and_then(|l| l.spec);
+                Ok(spec.filter(|s| s.holder_identity.as_deref() == Some(high.as_str())))
             }
         },
     )
@@ -1525,4 +1540,315 @@ async fn the_readme_quick_start_runs_as_written_and_elects_through_an_image_volu
     assert_status_shows_the_election(&kubectl, &kubeconfig, &plugins);
     assert_logs_show_the_election(&kubectl, &kubeconfig, &active.name);
     print_pods_wide(&kubectl, &kubeconfig);
+}
+
+/// `conclave strategy push FILE REFERENCE --plain-http`, as an author publishes a plugin;
+/// returns the reference pinned by digest that it prints.
+fn push_plugin(conclave: &Path, file: &Path, reference: &str) -> String {
+    let file = file.to_string_lossy();
+    let out = run(
+        conclave,
+        &["strategy", "push", &file, reference, "--plain-http"],
+        None,
+    )
+    .expect("running conclave strategy push");
+    out.assert_success();
+    let pinned = out
+        .stdout
+        .lines()
+        .find(|line| line.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("push printed no pinned reference:\n{}", out.stdout))
+        .trim()
+        .to_owned();
+    assert!(pinned.starts_with(reference), "{pinned} is not {reference}");
+    pinned
+}
+
+/// `kubectl apply` of the StrategyPlugin `name` pulling `reference`, which must provide
+/// `strategy`.
+fn apply_strategy_plugin(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    name: &str,
+    reference: &str,
+    strategy: &str,
+) {
+    let manifest = format!(
+        "apiVersion: conclave.dev/v1alpha1\nkind: StrategyPlugin\nmetadata: {{name: {name}}}\n\
+         spec:\n  source: {{oci: {{reference: \"{reference}\"}}}}\n  strategies: [{strategy}]\n"
+    );
+    let kubeconfig = kubeconfig.to_string_lossy();
+    run(
+        kubectl,
+        &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
+        Some(&manifest),
+    )
+    .expect("running kubectl apply")
+    .assert_success();
+}
+
+/// `kubectl get strategyplugin NAME -o jsonpath=PATH`, once `check` accepts it (the controller
+/// writes the status after each load).
+async fn wait_strategy_plugin(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    name: &str,
+    jsonpath: &str,
+    what: &str,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let jsonpath = format!("jsonpath={jsonpath}");
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let out = run(
+            kubectl,
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "get",
+                "strategyplugin",
+                name,
+                "-o",
+                &jsonpath,
+            ],
+            None,
+        )
+        .expect("running kubectl get");
+        if out.success() && check(&out.stdout) {
+            return out.stdout;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for StrategyPlugin {name}: {what}; last: {}{}",
+            out.stdout,
+            out.stderr
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The Ready condition's reason of StrategyPlugin `name`, once it is `reason`.
+async fn wait_plugin_reason(kubectl: &Path, kubeconfig: &Path, name: &str, reason: &str) {
+    wait_strategy_plugin(
+        kubectl,
+        kubeconfig,
+        name,
+        r#"{.status.conditions[?(@.type=="Ready")].reason}"#,
+        &format!("Ready's reason {reason}"),
+        |got| got == reason,
+    )
+    .await;
+}
+
+/// The containers' restart counts of the chart's replicas, by pod name.
+async fn restart_counts(pods: &Api<Pod>) -> BTreeMap<String, i32> {
+    pods.list(&ListParams::default())
+        .await
+        .expect("listing the replicas")
+        .items
+        .into_iter()
+        .map(|pod| {
+            let restarts = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.restart_count)
+                .sum();
+            (pod.metadata.name.unwrap_or_default(), restarts)
+        })
+        .collect()
+}
+
+/// Issue 30's loop on a real node: an author pushes a plugin with `conclave strategy push` to a
+/// registry the node's pods reach (Debian's docker-registry on the node's address, over plain
+/// HTTP as the chart's `strategyPlugins.plainHttpRegistries` allows), an operator applies a
+/// StrategyPlugin pinned by its digest, and the chart's controller, running as pods, pulls,
+/// verifies and loads it with no restart: Ready in `kubectl get strategyplugins`, electing a
+/// Lease through its strategy. A new version pushed and applied serves the next election (its
+/// own count of decided elections says so). Broken ones (a digest the registry does not hold; a
+/// plugin shadowing the built-in `OldestEmulationVersion`) get their reasons, and the plugin in
+/// service keeps electing. Neither replica restarts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_strategy_plugin_pushed_to_a_registry_loads_live_and_elects_on_a_real_node() {
+    let _turn = NODE_TESTS.lock().await;
+    let Some(image) = locate_image().expect("locating the image") else {
+        return;
+    };
+    let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let Some(kubectl) = locate_kubectl().expect("locating kubectl") else {
+        return;
+    };
+    let Some(conclave) = locate_conclave() else {
+        return;
+    };
+    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    let Some(node) = Node::start(&plane).await.expect("node") else {
+        return;
+    };
+    let Some(registry) = Registry::start_on(node.ip()).await.expect("registry") else {
+        return;
+    };
+    let _builtin = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("holding the built-in controller passive");
+    load_image(&image, &node, &image.reference).expect("loading the image into the node");
+
+    let kubeconfig = plane.kubeconfig_path();
+    let kubeconfig_arg = kubeconfig.to_string_lossy().into_owned();
+    let chart = chart_path().to_string_lossy().into_owned();
+    let on_one_node = one_node_chart_flags(&image.reference).expect("the chart's flags");
+    let plain_http = format!("strategyPlugins.plainHttpRegistries[0]={}", registry.host());
+    let registry_port = format!("networkPolicy.registryPorts[0]={}", registry.addr().port());
+    let mut install: Vec<&str> = vec![
+        "install",
+        FULL_NAME,
+        &chart,
+        "--kubeconfig",
+        &kubeconfig_arg,
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+    ];
+    install.extend(on_one_node.iter().map(String::as_str));
+    install.extend(["--set", &plain_http, "--set", &registry_port]);
+    run(&helm, &install, None)
+        .expect("running helm install")
+        .assert_success();
+    let client = plane.client().await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    wait_deployment_ready(&client).await;
+    let (active, standby) = one_active_one_standby(&pods).await;
+    eprintln!("active: {}, standby: {}", active.name, standby.name);
+    let restarts_before = restart_counts(&pods).await;
+
+    // The author's loop: build, push; the operator's: apply by digest.
+    let built = build_plugins(&["priority", "oldest-emulation-version"]);
+    let priority_wasm = built.join("priority.wasm");
+    let v1 = push_plugin(
+        &conclave,
+        &priority_wasm,
+        &format!("{}/strategies/priority:1", registry.host()),
+    );
+    apply_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "priority",
+        &v1,
+        "conclave.dev/priority",
+    );
+    wait_plugin_reason(&kubectl, kubeconfig, "priority", "Loaded").await;
+    let _first = elect_through_priority(&client, "priority-v1").await;
+
+    // A new version (another digest of the same plugin, as a rebuild publishes it): in service
+    // with no restart, and the next election is decided by it (its count starts at 0).
+    let mut rebuilt = std::fs::read(&priority_wasm).expect("the priority plugin");
+    rebuilt.extend_from_slice(&[0, 9, 8]);
+    rebuilt.extend_from_slice(b"rebuilt!");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rebuilt_wasm = dir.path().join("priority.wasm");
+    std::fs::write(&rebuilt_wasm, &rebuilt).expect("writing the rebuilt plugin");
+    let v2 = push_plugin(
+        &conclave,
+        &rebuilt_wasm,
+        &format!("{}/strategies/priority:2", registry.host()),
+    );
+    // The status shows the component's digest (the reference pins the manifest's).
+    let v2_digest = format!("sha256:{}", base64_and_sha256(&rebuilt_wasm).1);
+    let applied = Instant::now();
+    apply_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "priority",
+        &v2,
+        "conclave.dev/priority",
+    );
+    wait_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "priority",
+        "{.status.digest}",
+        "version 2 in service",
+        |digest| digest == v2_digest,
+    )
+    .await;
+    let in_service = applied.elapsed();
+    let _second = elect_through_priority(&client, "priority-v2").await;
+    eprintln!(
+        "version 2: in service {:.2} s after kubectl apply, a Lease elected through it {:.2} s \
+         after (kubectl polled every 0.5 s, kube-rs every 0.25 s)",
+        in_service.as_secs_f64(),
+        (applied.elapsed() - in_service).as_secs_f64()
+    );
+    wait_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "priority",
+        "{.status.decided}",
+        "an election decided by version 2",
+        |decided| decided.parse::<u64>().is_ok_and(|n| n >= 1),
+    )
+    .await;
+
+    // Broken ones get their reasons; the plugin in service keeps electing.
+    let absent = format!(
+        "{}/strategies/priority@sha256:{}",
+        registry.host(),
+        "0".repeat(64)
+    );
+    apply_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "absent",
+        &absent,
+        "conclave.dev/priority",
+    );
+    let shadow = push_plugin(
+        &conclave,
+        &built.join("oldest_emulation_version.wasm"),
+        &format!("{}/strategies/oldest:1", registry.host()),
+    );
+    apply_strategy_plugin(
+        &kubectl,
+        kubeconfig,
+        "shadow",
+        &shadow,
+        "OldestEmulationVersion",
+    );
+    wait_plugin_reason(&kubectl, kubeconfig, "absent", "PullFailed").await;
+    wait_plugin_reason(&kubectl, kubeconfig, "shadow", "ShadowsBuiltin").await;
+    let _third = elect_through_priority(&client, "priority-after-broken").await;
+    wait_plugin_reason(&kubectl, kubeconfig, "priority", "Loaded").await;
+
+    let listed = run(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            &kubeconfig_arg,
+            "get",
+            "strategyplugins",
+            "-o",
+            "wide",
+        ],
+        None,
+    )
+    .expect("running kubectl get strategyplugins");
+    listed.assert_success();
+    eprintln!("kubectl get strategyplugins -o wide:\n{}", listed.stdout);
+    assert!(
+        listed.stdout.contains(&v2_digest),
+        "the table shows version 2's digest:\n{}",
+        listed.stdout
+    );
+    assert_eq!(
+        restart_counts(&pods).await,
+        restarts_before,
+        "no replica restarted or was replaced"
+    );
 }

@@ -88,7 +88,7 @@ pub struct Node {
     scheduler: ManagedProcess,
     controller_manager: ManagedProcess,
     containerd: ManagedProcess,
-    _relay: ApiRelay,
+    relay: ApiRelay,
     _host: HostCleanup,
     /// Held (flock) for the node's lifetime; released last, after the clean-up.
     _lock: File,
@@ -252,7 +252,7 @@ impl Node {
             scheduler,
             controller_manager,
             containerd,
-            _relay: relay,
+            relay,
             _host: host,
             _lock: lock,
         };
@@ -460,6 +460,13 @@ impl Node {
     /// The node's run directory (configuration, containerd's and the kubelet's state, logs).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The node's address (its `InternalIP`): pods reach the host there, as the relay that
+    /// stands for the API server shows; a test server bound to it is reachable from pods.
+    #[must_use]
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.relay.addr.ip()
     }
 
     /// Fails with the log tail if containerd, the kubelet or a controller has exited.

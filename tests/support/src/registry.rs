@@ -12,7 +12,7 @@
 //! line, so the calling test can return early; with `CONCLAVE_REQUIRE_REGISTRY=1` (set by CI) a
 //! missing binary is an error instead.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -100,7 +100,14 @@ impl Registry {
     /// Starts an anonymous registry (anyone may pull and push) on a free loopback port and waits
     /// until `/v2/` answers. `Ok(None)`: the binary is missing (see [`Registry::locate`]).
     pub async fn start() -> Result<Option<Self>, Error> {
-        Self::start_inner(None).await
+        Self::start_inner(IpAddr::from([127, 0, 0, 1]), None).await
+    }
+
+    /// Starts an anonymous registry on a free port of `ip`: a node's address (see
+    /// [`crate::Node::ip`]), so that pods on the node reach it, as they would a registry of the
+    /// cluster's network.
+    pub async fn start_on(ip: IpAddr) -> Result<Option<Self>, Error> {
+        Self::start_inner(ip, None).await
     }
 
     /// Starts a registry that requires HTTP basic authentication as `username`/`password`
@@ -111,14 +118,21 @@ impl Registry {
                 "registry user name {username:?} must be non-empty and without ':'"
             )));
         }
-        Self::start_inner(Some((username.to_owned(), password.to_owned()))).await
+        Self::start_inner(
+            IpAddr::from([127, 0, 0, 1]),
+            Some((username.to_owned(), password.to_owned())),
+        )
+        .await
     }
 
-    async fn start_inner(credentials: Option<(String, String)>) -> Result<Option<Self>, Error> {
+    async fn start_inner(
+        ip: IpAddr,
+        credentials: Option<(String, String)>,
+    ) -> Result<Option<Self>, Error> {
         let Some(binary) = Self::locate()? else {
             return Ok(None);
         };
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let addr = SocketAddr::from((ip, free_port()?));
         let dir = std::env::temp_dir().join(format!(
             "conclave-registry-{}-{}",
             std::process::id(),
@@ -197,7 +211,8 @@ impl Registry {
         self.addr
     }
 
-    /// `127.0.0.1:PORT`: the registry part of a reference to it.
+    /// `IP:PORT` (`127.0.0.1:PORT` unless started with [`Registry::start_on`]): the registry
+    /// part of a reference to it.
     #[must_use]
     pub fn host(&self) -> String {
         self.addr.to_string()
