@@ -1779,6 +1779,41 @@ async fn a_strategy_plugin_pushed_to_a_registry_loads_live_and_elects_on_a_real_
     )
     .await;
     let in_service = applied.elapsed();
+    // The standby loads the same versions, so that a take-over compiles nothing.
+    let v2_hex = v2_digest.trim_start_matches("sha256:").to_owned();
+    wait_for("the standby to load version 2", READY_TIMEOUT, || {
+        let (kubectl, kubeconfig, standby, v2_hex) = (
+            kubectl.clone(),
+            kubeconfig_arg.clone(),
+            standby.name.clone(),
+            v2_hex.clone(),
+        );
+        async move {
+            let logs = run(
+                &kubectl,
+                &[
+                    "--kubeconfig",
+                    &kubeconfig,
+                    "logs",
+                    "-n",
+                    RELEASE_NAMESPACE,
+                    &standby,
+                ],
+                None,
+            )
+            .expect("running kubectl logs");
+            Ok(logs
+                .stdout
+                .lines()
+                .any(|line| {
+                    line.contains("loaded strategy plugin")
+                        && line.contains(&format!("\"sha256\":\"{v2_hex}\""))
+                })
+                .then_some(()))
+        }
+    })
+    .await
+    .expect("the standby loaded version 2");
     let _second = elect_through_priority(&client, "priority-v2").await;
     eprintln!(
         "version 2: in service {:.2} s after kubectl apply, a Lease elected through it {:.2} s \
