@@ -82,6 +82,14 @@ pub struct SitOut {
     pub until: Timestamp,
 }
 
+impl SitOut {
+    /// Whether this sit-out keeps `candidate` out of the Lease's elections at `now`.
+    #[must_use]
+    pub fn keeps_out(&self, candidate: &str, now: Timestamp) -> bool {
+        self.candidate == candidate && self.until > now
+    }
+}
+
 /// The annotation Conclave puts on Leases it creates.
 pub const ELECTED_BY_ANNOTATION: &str = "coordination.conclave.dev/elected-by";
 
@@ -176,9 +184,7 @@ impl LeaseRecord {
     /// Whether `candidate` sits out this Lease's elections at `now` ([`LeaseRecord::sitting_out`]).
     #[must_use]
     pub fn sits_out(&self, candidate: &str, now: Timestamp) -> bool {
-        self.sitting_out
-            .iter()
-            .any(|s| s.candidate == candidate && s.until > now)
+        self.sitting_out.iter().any(|s| s.keeps_out(candidate, now))
     }
 
     /// Whether anyone may be elected into the Lease at once: it is expired or has no holder.

@@ -15,7 +15,7 @@
 //!
 //! Every function takes `now` as an input; nothing here reads a clock.
 
-use crate::lease::{LeaseRecord, Release};
+use crate::lease::{LeaseRecord, Release, SitOut};
 use crate::request::CandidateView;
 use crate::strategy::is_third_party;
 use crate::time::Timestamp;
@@ -222,19 +222,22 @@ pub fn never_renewed_backoff(strikes: u32) -> Duration {
     Duration::from_secs(60) * 2u32.pow(strikes.saturating_sub(1).min(4))
 }
 
-/// Takes out of `pool` the candidates that sit out the Lease's elections
-/// ([`LeaseRecord::sitting_out`]), and the holder of an expired Lease that never renewed it
-/// ([`never_renewed_holder`]), as long as someone else is left to lead; returns the name of the
+/// Takes out of `pool` the candidates that sit out the Lease's elections (`sitting_out`: the
+/// Lease's own, [`LeaseRecord::sitting_out`], or, for a missing Lease, those recorded for its key,
+/// [`crate::step::StepInput::sitting_out`]), and the holder of an expired Lease that never renewed
+/// it ([`never_renewed_holder`]), as long as someone else is left to lead; returns the name of the
 /// latter, so the caller records it as sitting out. A lone candidate stays: a Lease with a holder
 /// that cannot renew is no worse than one with none.
 pub fn set_aside_never_renewed(
     pool: &mut Vec<CandidateView>,
     lease: Option<&LeaseRecord>,
+    sitting_out: &[SitOut],
     now: Timestamp,
 ) -> Option<String> {
-    let lease = lease?;
-    let failed = never_renewed_holder(lease, now);
-    let out = |c: &CandidateView| lease.sits_out(&c.name, now) || failed == Some(c.name.as_str());
+    let failed = lease.and_then(|lease| never_renewed_holder(lease, now));
+    let out = |c: &CandidateView| {
+        failed == Some(c.name.as_str()) || sitting_out.iter().any(|s| s.keeps_out(&c.name, now))
+    };
     if pool.iter().all(out) {
         return None;
     }

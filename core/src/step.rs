@@ -15,7 +15,7 @@
 //! mode is looked at, the mode before the plugin, and pings are sent only when a write would be
 //! needed, so an up-to-date Lease never costs a ping.
 
-use crate::lease::LeaseRecord;
+use crate::lease::{LeaseRecord, SitOut};
 use crate::plan::{
     LeaseWrite, Mode, PingPlan, WriteInput, WriteKind, candidate_expired, considered,
     first_renewal_awaited, known_alive, next_renewal_awaited, plan_pings, plan_writes,
@@ -116,6 +116,22 @@ pub struct StepInput<'a> {
     /// lead by its own reckoning (its last renewal as the controller saw it, plus its duration).
     /// `None`: not deleted while held, or not known.
     pub deleted_while_held_until: Option<Timestamp>,
+    /// For a missing Lease: the candidates that sit out its elections, as the caller recorded
+    /// them for the Lease's key ([`crate::plan::never_renewed_holder`]). A sit-out outlives the
+    /// Lease it was recorded in, so the step that creates the Lease again does not elect a
+    /// candidate that the next step would pre-empt because it sits out. Ignored when the Lease
+    /// exists: its record carries them ([`LeaseRecord::sitting_out`]).
+    pub sitting_out: &'a [SitOut],
+}
+
+impl StepInput<'_> {
+    /// The candidates that sit out the Lease's elections: its record's
+    /// ([`LeaseRecord::sitting_out`]), or for a missing Lease [`StepInput::sitting_out`].
+    #[must_use]
+    pub fn sit_outs(&self) -> &[SitOut] {
+        self.lease
+            .map_or(self.sitting_out, |lease| lease.sitting_out.as_slice())
+    }
 }
 
 impl core::fmt::Debug for StepInput<'_> {
@@ -130,6 +146,7 @@ impl core::fmt::Debug for StepInput<'_> {
             .field("builtin_active", &self.builtin_active)
             .field("arrivals", &self.arrivals)
             .field("deleted_while_held_until", &self.deleted_while_held_until)
+            .field("sitting_out", &self.sitting_out)
             .finish_non_exhaustive()
     }
 }
@@ -382,7 +399,7 @@ pub fn plan_step(input: &StepInput<'_>) -> Plan {
         now,
         config.ack_window,
     );
-    let sit_out = set_aside_never_renewed(&mut pool, input.lease, now);
+    let sit_out = set_aside_never_renewed(&mut pool, input.lease, input.sit_outs(), now);
     if pool.is_empty() {
         return skip(
             SkipReason::AllUnresponsive { strategy },
@@ -435,10 +452,10 @@ pub fn settles_at(
 /// Until when a step that found the Lease settled ([`Outcome::settles`]) would find it so again
 /// if nothing but its holder's renewals and the clock moved: the earliest moment after `now` at
 /// which the clock alone changes who [`plan_step`] puts before the strategy. That is when a
-/// candidate stops taking part for not renewing ([`candidate_expires_at`]), when the window of a
-/// ping closes (a candidate fresh from an earlier renewal, or pending, then counts as
-/// unresponsive, [`crate::plan::liveness`]) and when a candidate's sit-out ends ([`LeaseRecord::sitting_out`]). `None`: no
-/// such moment, the clock alone changes nothing.
+/// candidate stops taking part for not renewing ([`crate::plan::candidate_expires_at`]), when the
+/// window of a ping closes (a candidate fresh from an earlier renewal, or pending, then counts as
+/// unresponsive, [`crate::plan::liveness`]) and when a candidate's sit-out ends
+/// ([`StepInput::sit_outs`]). `None`: no such moment, the clock alone changes nothing.
 ///
 /// A renewal of the same holder before then, that changes nothing else of the Lease, changes
 /// nothing a decision reads but the renewal time, which only pushes the Lease's expiry and its
@@ -456,10 +473,7 @@ pub fn settled_until(input: &StepInput<'_>) -> Option<Timestamp> {
             c.ping_time.map(|ping| ping + window),
         ]
     });
-    let sit_outs = input
-        .lease
-        .into_iter()
-        .flat_map(|lease| lease.sitting_out.iter().map(|s| Some(s.until)));
+    let sit_outs = input.sit_outs().iter().map(|s| Some(s.until));
     candidates
         .chain(sit_outs)
         .flatten()
@@ -705,6 +719,7 @@ mod tests {
             has_strategy: &|s: &str| s == OEV || s == TP,
             arrivals: None,
             deleted_while_held_until: None,
+            sitting_out: &[],
         }
     }
 
@@ -1534,6 +1549,62 @@ mod tests {
         assert_eq!(
             crate::plan::never_renewed_backoff(9),
             Duration::from_secs(960)
+        );
+    }
+
+    /// The model check's trace with Lease deletion (tests/model README): a, written as holder and
+    /// never renewing, sits out; its Lease is deleted, and the controller creates it again. The
+    /// sit-out outlives the Lease: the create elects b, not a, whom the next step would pre-empt
+    /// at once because it sits out (a needless hand-off). Alone, a is elected; once its sit-out
+    /// ends, it takes part again.
+    #[test]
+    fn a_candidate_that_sits_out_is_not_elected_into_a_missing_lease() {
+        let best_first = |name: &str| CandidateView {
+            emulation_version: if name == "a" { "1.30.0" } else { "1.31.0" }.into(),
+            ..fresh(name)
+        };
+        let both = [best_first("a"), best_first("b")];
+        let sitting = [SitOut {
+            candidate: "a".into(),
+            until: at(NOW + 60),
+        }];
+        let create = |candidates: &[CandidateView], sitting: &[SitOut]| {
+            let mut step = input(None, candidates, Mode::All, false);
+            step.sitting_out = sitting;
+            let Plan::Decide(election) = plan_step(&step) else {
+                panic!("an election");
+            };
+            election
+                .request()
+                .candidates
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(create(&both, &sitting), ["b"], "a sits out the create");
+        let mut step = input(None, &both, Mode::All, false);
+        step.sitting_out = &sitting;
+        assert_eq!(
+            summary(&step, Some("b")),
+            "create holder=b preferred=- strategy=OldestEmulationVersion"
+        );
+        assert_eq!(create(&both[..1], &sitting), ["a"], "alone, it stays");
+        let ended = [SitOut {
+            candidate: "a".into(),
+            until: at(NOW),
+        }];
+        assert_eq!(create(&both, &ended), ["a", "b"], "its sit-out ended");
+        // The Lease exists: its record's sit-outs count, as before.
+        let free = lease(Some(""), NOW - 1, None);
+        let mut step = input(Some(&free), &both, Mode::All, false);
+        step.sitting_out = &sitting;
+        let Plan::Decide(election) = plan_step(&step) else {
+            panic!("an election");
+        };
+        assert_eq!(
+            election.request().candidates.len(),
+            2,
+            "the record has none"
         );
     }
 

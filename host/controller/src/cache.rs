@@ -8,7 +8,7 @@ use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
-use conclave_core::lease::LeaseRecord;
+use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -140,6 +140,13 @@ impl Caches {
     /// row and until when (see [`index::Renewals::sit_out`]).
     pub fn sit_out(&self, key: &LeaseKey, candidate: &str, now: Timestamp) -> (u32, Timestamp) {
         self.renewals.sit_out(key, candidate, now)
+    }
+
+    /// The candidates that sit out `key`'s elections at `now`, whether or not its Lease exists
+    /// (see [`index::Renewals::sitting_out`]).
+    #[must_use]
+    pub fn sitting_out(&self, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
+        self.renewals.sitting_out(key, now)
     }
 
     /// Until when the holder of a Lease deleted while held may still lead (see

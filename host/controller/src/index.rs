@@ -428,6 +428,29 @@ impl Renewals {
         }
     }
 
+    /// The candidates that sit out the elections of `key`'s Lease at `now`
+    /// ([`Renewals::sit_out`]). They are kept by key, not with the Lease: a deletion or a relist
+    /// does not end them, so the step that creates a deleted Lease again leaves them out too
+    /// (`conclave_core::step::StepInput::sitting_out`); only their time does.
+    #[must_use]
+    pub fn sitting_out(&self, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
+        Self::sitting_out_locked(&lock(&self.0), key, now)
+    }
+
+    fn sitting_out_locked(state: &RenewalsState, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
+        state
+            .sitting_out
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(candidate, (_, until))| SitOut {
+                candidate: candidate.clone(),
+                until: *until,
+            })
+            .collect()
+    }
+
     /// Fills in what this controller saw of the renewal `record` carries: when it first saw it
     /// (`observed_renewal`), how long after the same holder's previous one (`renew_period`) and,
     /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). A
@@ -444,17 +467,7 @@ impl Renewals {
         record: &mut LeaseRecord,
         now: Timestamp,
     ) {
-        record.sitting_out = state
-            .sitting_out
-            .get(key)
-            .into_iter()
-            .flatten()
-            .filter(|(_, (_, until))| *until > now)
-            .map(|(candidate, (_, until))| SitOut {
-                candidate: candidate.clone(),
-                until: *until,
-            })
-            .collect();
+        record.sitting_out = Self::sitting_out_locked(state, key, now);
         let Some(renewal) = state
             .current
             .get(key)
@@ -1228,6 +1241,32 @@ mod tests {
             renewals.sit_out(&key("ns", "b"), "x", t(100)).0 == 1,
             "per Lease"
         );
+    }
+
+    /// The model check's trace with Lease deletion: a sit-out outlives the Lease it was recorded
+    /// in, through its deletion and a relist that no longer lists it, so the step that creates
+    /// the Lease again leaves the candidate out; only its time ends it.
+    #[test]
+    fn a_sit_out_outlives_the_deletion_of_its_lease() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let t = Timestamp::from_secs;
+        let held = renewed(lease("ns", "a", "1"), "x", 100);
+        renewals.watched(&k, &held, t(100));
+        renewals.sit_out(&k, "x", t(111));
+        renewals.deleted(&k, &held, t(112));
+        let sitting = [SitOut {
+            candidate: "x".into(),
+            until: t(171),
+        }];
+        assert_eq!(renewals.sitting_out(&k, t(113)), sitting, "deleted");
+        renewals.relisted(&HashSet::new(), t(114));
+        assert_eq!(renewals.sitting_out(&k, t(115)), sitting, "relisted");
+        assert!(
+            renewals.sitting_out(&k, t(171)).is_empty(),
+            "its time is over"
+        );
+        assert!(renewals.sitting_out(&key("ns", "b"), t(115)).is_empty());
     }
 
     /// Review finding 1 (issue 34), after a relist: a held Lease the relist no longer shows (deleted

@@ -269,6 +269,7 @@ async fn elect(
     now: Timestamp,
 ) -> Result<(Next, Progress), StepError> {
     let candidates = valid_candidates(ctx, key, lease.as_ref().and_then(LeaseRecord::holder));
+    let sitting_out = ctx.caches.sitting_out(key, now);
     let (plan, settled_until) = {
         let decider = &ctx.decider;
         let has_strategy = |strategy: &str| decider.has_strategy(strategy);
@@ -283,6 +284,7 @@ async fn elect(
             has_strategy: &has_strategy,
             arrivals: ctx.caches.arrivals(key),
             deleted_while_held_until: ctx.caches.held_after_deletion(key, now),
+            sitting_out: &sitting_out,
         };
         (plan_step(&input), settled_until(&input))
     };

@@ -394,6 +394,8 @@ fn predict(
         // A prediction shows whom the election picks, not when.
         arrivals: None,
         deleted_while_held_until: None,
+        // Sit-outs are the controller's memory, not the cluster's: a missing Lease has none here.
+        sitting_out: &[],
     });
     let lease_strategy = record.and_then(LeaseRecord::strategy);
     let source = |strategy: String| {

@@ -543,6 +543,7 @@ fn check(
             has_strategy: &has_strategy,
             arrivals: index_state.lock().unwrap().arrivals(key),
             deleted_while_held_until: None,
+            sitting_out: &[],
         });
         if let Plan::Decide(election) = &plan {
             bump(&reached.elections, 1);

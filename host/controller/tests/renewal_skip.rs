@@ -280,6 +280,7 @@ impl Run {
             self.renewals.annotate(&k, &mut record, now);
             record
         });
+        let sitting_out = self.renewals.sitting_out(&k, now);
         let views: Vec<CandidateView> = self.candidates.iter().map(|c| c.view.clone()).collect();
         let has_strategy = |_: &str| true;
         let input = StepInput {
@@ -293,6 +294,7 @@ impl Run {
             has_strategy: &has_strategy,
             arrivals: None,
             deleted_while_held_until: self.renewals.held_after_deletion(&k, now),
+            sitting_out: &sitting_out,
         };
         let (plan, until) = (plan_step(&input), settled_until(&input));
         let next = match plan {

@@ -263,23 +263,25 @@ impl Election {
     /// made was refused.
     fn step_once(&self, state: &mut State, lease: Option<StoredLease>) -> bool {
         let now = state.now;
+        // `index.rs` `Renewals::sitting_out`: kept by key, they outlive a deleted Lease.
+        let sitting_out: Vec<SitOut> = state
+            .controller
+            .sitting_out
+            .iter()
+            .zip(self.ids())
+            .filter_map(|(sitting, id)| {
+                sitting
+                    .filter(|(_, until)| *until > now)
+                    .map(|(_, until)| SitOut {
+                        candidate: identity(id),
+                        until: timestamp(until),
+                    })
+            })
+            .collect();
         let mut record = lease.map(|stored| {
             let mut record = stored.record();
             Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record, now);
-            record.sitting_out = state
-                .controller
-                .sitting_out
-                .iter()
-                .zip(self.ids())
-                .filter_map(|(sitting, id)| {
-                    sitting
-                        .filter(|(_, until)| *until > now)
-                        .map(|(_, until)| SitOut {
-                            candidate: identity(id),
-                            until: timestamp(until),
-                        })
-                })
-                .collect();
+            record.sitting_out = sitting_out.clone();
             record
         });
         if let Some(record) = record.as_mut() {
@@ -325,6 +327,7 @@ impl Election {
                 .deleted_while_held
                 .filter(|until| *until > now)
                 .map(timestamp),
+            sitting_out: &sitting_out,
         });
         let Plan::Decide(election) = plan else {
             return false;

@@ -5,7 +5,7 @@
 //! Lease was read at.
 
 use conclave_core::lease::{LeaseRecord, SitOut};
-use conclave_core::plan::{Mode, WriteKind};
+use conclave_core::plan::{Mode, WriteKind, never_renewed_holder};
 use conclave_core::prepared::PreparedRequest;
 use conclave_core::request::CandidateView;
 use conclave_core::step::{Arrivals, Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
@@ -196,6 +196,8 @@ struct Settings {
     builtin_active: bool,
     arrivals: Option<Arrivals>,
     deleted_while_held_until: Option<Timestamp>,
+    /// The sit-outs recorded for the key of a missing Lease.
+    sitting_out: Vec<SitOut>,
     now: Timestamp,
 }
 
@@ -208,6 +210,7 @@ fn settings() -> impl Strategy<Value = Settings> {
         any::<bool>(),
         proptest::option::of((times(), times()).prop_map(|(first, last)| Arrivals { first, last })),
         proptest::option::weighted(0.1, times()),
+        proptest::collection::vec((names(), times()), 0..3),
         prop_oneof![4 => Just(Timestamp::from_secs(NOW)), 1 => times()],
     )
         .prop_map(
@@ -219,6 +222,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 builtin_active,
                 arrivals,
                 deleted_while_held_until,
+                sitting_out,
                 now,
             )| {
                 Settings {
@@ -229,6 +233,10 @@ fn settings() -> impl Strategy<Value = Settings> {
                     builtin_active,
                     arrivals,
                     deleted_while_held_until,
+                    sitting_out: sitting_out
+                        .into_iter()
+                        .map(|(candidate, until)| SitOut { candidate, until })
+                        .collect(),
                     now,
                 }
             },
@@ -281,6 +289,7 @@ fn step(
         has_strategy: &has_strategy,
         arrivals: settings.arrivals,
         deleted_while_held_until: settings.deleted_while_held_until,
+        sitting_out: &settings.sitting_out,
     });
     let outcome = match &plan {
         Plan::Skip(_) => None,
@@ -337,6 +346,35 @@ proptest! {
                 prop_assert!(offered(holder), "holder {holder:?} was not offered");
             }
         }
+    }
+
+    /// A candidate that sits out the Lease's elections (its record's sit-outs, or for a missing
+    /// Lease those recorded for its key), or the holder that never renewed the expired Lease, is
+    /// offered to the strategy only when no one else is: the offer is all of them or none.
+    #[test]
+    fn a_candidate_that_sits_out_is_offered_only_when_no_one_else_can_lead(
+        lease in leases(),
+        candidates in candidates(),
+        settings in settings(),
+    ) {
+        let (plan, _) = step(lease.as_ref(), &candidates, &settings, Answer::FirstByName);
+        let Plan::Decide(election) = &plan else {
+            return Ok(());
+        };
+        let now = settings.now;
+        let sitting_out = lease
+            .as_ref()
+            .map_or(settings.sitting_out.as_slice(), |l| l.sitting_out.as_slice());
+        let never_renewed = lease.as_ref().and_then(|l| never_renewed_holder(l, now));
+        let out = |name: &str| {
+            never_renewed == Some(name) || sitting_out.iter().any(|s| s.keeps_out(name, now))
+        };
+        let offered = &election.request().candidates;
+        prop_assert!(
+            offered.iter().all(|c| out(&c.name)) || !offered.iter().any(|c| out(&c.name)),
+            "offered {:?}",
+            offered.iter().map(|c| &c.name).collect::<Vec<_>>()
+        );
     }
 
     /// The plan and the outcome are the same whatever the order of the candidates.
@@ -451,6 +489,7 @@ proptest! {
             has_strategy: &has_strategy,
             arrivals: settings.arrivals,
             deleted_while_held_until: settings.deleted_while_held_until,
+            sitting_out: &settings.sitting_out,
         });
         let Plan::Decide(election) = &plan else {
             return Ok(());
