@@ -959,18 +959,12 @@ async fn a_batch_of_candidates_gets_its_best_as_first_holder() {
 /// Waits until the replica serving `/metrics` at `addr` reports `conclave_leases_without_holder`
 /// as `expected`.
 async fn wait_leaderless(addr: std::net::SocketAddr, expected: f64, what: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let body = scrape(addr).await;
-        if metric_sum(&body, "conclave_leases_without_holder") == expected {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conclave_leases_without_holder never became {expected} ({what}):\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_metrics(
+        addr,
+        &format!("conclave_leases_without_holder to become {expected} ({what})"),
+        |body| metric_sum(body, "conclave_leases_without_holder") == expected,
+    )
+    .await;
 }
 
 /// `conclave_leases_without_holder`: 0 while the elected holder renews; 1 once every candidate
