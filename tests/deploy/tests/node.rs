@@ -1641,23 +1641,13 @@ async fn wait_plugin_reason(kubectl: &Path, kubeconfig: &Path, name: &str, reaso
     .await;
 }
 
-/// The containers' restart counts of the chart's replicas, by pod name.
+/// The chart's replicas' restart counts, by pod name (see [`replicas`]).
 async fn restart_counts(pods: &Api<Pod>) -> BTreeMap<String, i32> {
-    pods.list(&ListParams::default())
+    replicas(pods)
         .await
         .expect("listing the replicas")
-        .items
         .into_iter()
-        .map(|pod| {
-            let restarts = pod
-                .status
-                .and_then(|s| s.container_statuses)
-                .unwrap_or_default()
-                .iter()
-                .map(|c| c.restart_count)
-                .sum();
-            (pod.metadata.name.unwrap_or_default(), restarts)
-        })
+        .map(|replica| (replica.name, replica.restarts))
         .collect()
 }
 
