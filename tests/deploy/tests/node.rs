@@ -679,6 +679,30 @@ fn base64_and_sha256(file: &Path) -> (String, String) {
     (base64.stdout.trim().to_owned(), digest.to_owned())
 }
 
+/// `helm install` of the chart on the one-node cluster of `plane` (release [`FULL_NAME`] in
+/// [`RELEASE_NAMESPACE`]), running `image` with [`one_node_chart_flags`], then `values` (helm's
+/// `--set`/`--set-string` arguments as given).
+fn helm_install_on_one_node(helm: &Path, plane: &ControlPlane, image: &str, values: &[&str]) {
+    let kubeconfig = plane.kubeconfig_path().to_string_lossy().into_owned();
+    let chart = chart_path().to_string_lossy().into_owned();
+    let on_one_node = one_node_chart_flags(image).expect("the chart's flags");
+    let mut install: Vec<&str> = vec![
+        "install",
+        FULL_NAME,
+        &chart,
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+    ];
+    install.extend(on_one_node.iter().map(String::as_str));
+    install.extend(values);
+    run(helm, &install, None)
+        .expect("running helm install")
+        .assert_success();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let _turn = NODE_TESTS.lock().await;
@@ -719,33 +743,23 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         .expect("the image reference has a tag");
     let kubeconfig = plane.kubeconfig_path().to_string_lossy().into_owned();
     let chart = chart_path().to_string_lossy().into_owned();
-    let on_one_node = one_node_chart_flags(&image.reference).expect("the chart's flags");
-    let mut install: Vec<&str> = vec![
-        "install",
-        FULL_NAME,
-        &chart,
-        "--kubeconfig",
-        &kubeconfig,
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-    ];
-    install.extend(on_one_node.iter().map(String::as_str));
     let wasm = format!("plugins.configMap.items[0].wasm={wasm_base64}");
     let sha256 = format!("plugins.configMap.items[0].sha256={wasm_sha256}");
-    install.extend([
-        "--set",
-        "plugins.source=configMap",
-        "--set",
-        "plugins.configMap.items[0].name=priority",
-        "--set-string",
-        &wasm,
-        "--set",
-        &sha256,
-    ]);
-    run(&helm, &install, None)
-        .expect("running helm install")
-        .assert_success();
+    helm_install_on_one_node(
+        &helm,
+        &plane,
+        &image.reference,
+        &[
+            "--set",
+            "plugins.source=configMap",
+            "--set",
+            "plugins.configMap.items[0].name=priority",
+            "--set-string",
+            &wasm,
+            "--set",
+            &sha256,
+        ],
+    );
 
     let client = plane.client().await.expect("client");
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
@@ -1692,25 +1706,14 @@ async fn a_strategy_plugin_pushed_to_a_registry_loads_live_and_elects_on_a_real_
 
     let kubeconfig = plane.kubeconfig_path();
     let kubeconfig_arg = kubeconfig.to_string_lossy().into_owned();
-    let chart = chart_path().to_string_lossy().into_owned();
-    let on_one_node = one_node_chart_flags(&image.reference).expect("the chart's flags");
     let plain_http = format!("strategyPlugins.plainHttpRegistries[0]={}", registry.host());
     let registry_port = format!("networkPolicy.registryPorts[0]={}", registry.addr().port());
-    let mut install: Vec<&str> = vec![
-        "install",
-        FULL_NAME,
-        &chart,
-        "--kubeconfig",
-        &kubeconfig_arg,
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-    ];
-    install.extend(on_one_node.iter().map(String::as_str));
-    install.extend(["--set", &plain_http, "--set", &registry_port]);
-    run(&helm, &install, None)
-        .expect("running helm install")
-        .assert_success();
+    helm_install_on_one_node(
+        &helm,
+        &plane,
+        &image.reference,
+        &["--set", &plain_http, "--set", &registry_port],
+    );
     let client = plane.client().await.expect("client");
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     wait_deployment_ready(&client).await;
