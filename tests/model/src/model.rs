@@ -4,9 +4,9 @@
 use crate::strategy::{oldest_emulation_version, rank};
 use crate::timing::{Bounds, Timing};
 use crate::world::{
-    Candidate, Controller, Id, LEASE, NAMESPACE, Phase, PodStatus, Renewal, Reported, Server,
-    State, StoredCandidate, StoredLease, Time, Violations, announced, id_of, identity,
-    process_dead, stamped_by_holder, timestamp,
+    Candidate, Controller, Id, LEASE, NAMESPACE, OwnLease, Phase, PodStatus, Renewal, Replica,
+    ReplicaId, ReplicaPhase, Reported, Server, State, StoredCandidate, StoredLease, Time,
+    Violations, announced, id_of, identity, process_dead, stamped_by_holder, timestamp,
 };
 use conclave_core::lease::{LeaseRecord, Release, SitOut};
 use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since, never_renewed_backoff};
@@ -58,14 +58,26 @@ pub struct Election {
 pub enum Action {
     /// One second passes.
     Tick,
-    /// The controller's Lease watch delivers the Lease as stored now.
-    WatchLease,
-    /// The controller's LeaseCandidate watch delivers candidate `Id`'s object as stored now.
-    WatchCandidate(Id),
-    /// The controller restarts: it relists every object and forgets every watched renewal.
-    RestartController,
-    /// The controller runs one election step on its cached snapshot.
-    Step,
+    /// Controller replica `ReplicaId`'s Lease watch delivers the Lease as stored now.
+    WatchLease(ReplicaId),
+    /// Controller replica `ReplicaId`'s LeaseCandidate watch delivers candidate `Id`'s object as
+    /// stored now.
+    WatchCandidate(ReplicaId, Id),
+    /// Controller replica `ReplicaId` restarts (with two or more replicas: starts again after a
+    /// crash): it relists every object and forgets every watched renewal.
+    RestartController(ReplicaId),
+    /// Controller replica `ReplicaId` runs one election step on its cached snapshot (a worker of
+    /// its term: only while it leads).
+    Step(ReplicaId),
+    /// Controller replica `ReplicaId`, following, reads the controller's own Lease and creates
+    /// it, renews it (it names the replica) or takes it (expired by its own observation), and
+    /// leads; or, held by another replica and fresh, waits.
+    FollowOwnLease(ReplicaId),
+    /// Controller replica `ReplicaId`, leading, reads the controller's own Lease: taken or gone,
+    /// its term ends at once; otherwise it renews it when a renewal is due.
+    CheckOwnLease(ReplicaId),
+    /// Controller replica `ReplicaId`'s process crashes: its watches and its writes stop.
+    CrashController(ReplicaId),
     /// The candidate writes its LeaseCandidate (registration, or the answer to a ping).
     RenewCandidate(Id),
     /// A follower reads the Lease and, named holder, renews it and leads (or releases it when
@@ -92,8 +104,8 @@ pub enum Action {
     /// container of a crashed process terminated, or a new one started for the restarted
     /// process (pod liveness only). Positive evidence only, possibly late, possibly never.
     KubeletReports(Id),
-    /// The controller's Pod watch delivers candidate `Id`'s Pod as stored now.
-    WatchPod(Id),
+    /// Controller replica `ReplicaId`'s Pod watch delivers candidate `Id`'s Pod as stored now.
+    WatchPod(ReplicaId, Id),
     /// The LeaseCandidate of crashed candidate `Id` is deleted (garbage collection, an operator).
     DeleteCandidate(Id),
     /// The Lease is deleted (an operator, a cleanup).
@@ -186,7 +198,20 @@ impl Election {
         } else {
             0
         };
-        self.bounds.faults_until + healed + self.liveness_bound()
+        self.bounds.faults_until + healed + self.controller_failover() + self.liveness_bound()
+    }
+
+    /// How long after faults stop a controller replica leads at the latest: with two or more
+    /// replicas, the controller's own Lease of a replica that stopped renewing just before faults
+    /// stopped is taken by a follower once it has seen it unchanged for `lease_duration`, one more
+    /// second to act; none with one replica (it always leads).
+    #[must_use]
+    pub fn controller_failover(&self) -> Time {
+        if self.bounds.replicas > 1 {
+            self.timing.lease_duration + 1
+        } else {
+            0
+        }
     }
 
     fn faulty(&self, state: &State) -> bool {
@@ -195,6 +220,10 @@ impl Election {
 
     fn ids(&self) -> impl Iterator<Item = Id> {
         (0..self.bounds.candidates).map(|i| Id::try_from(i).unwrap_or(Id::MAX))
+    }
+
+    fn replica_ids(&self) -> impl Iterator<Item = ReplicaId> {
+        (0..self.bounds.replicas).map(|i| ReplicaId::try_from(i).unwrap_or(ReplicaId::MAX))
     }
 
     /// When a draining term's tasks have stopped at the latest (`elector.rs` `drain`): aborted
@@ -243,10 +272,10 @@ impl Election {
     /// (A read finding the Lease deleted, kept as a deletion ahead of the watch there, cannot
     /// happen here: a conflict and its read are one action, and a create conflicts only with a
     /// stored Lease.)
-    fn step(&self, state: &mut State) {
-        let mut lease = state.controller.lease;
+    fn step(&self, state: &mut State, r: usize) {
+        let mut lease = state.controllers[r].lease;
         for _ in 0..CONFLICT_ATTEMPTS {
-            if !self.step_once(state, lease) {
+            if !self.step_once(state, r, lease) {
                 return;
             }
             if lease.is_some() && state.server.lease.is_none() {
@@ -254,18 +283,17 @@ impl Election {
                 // retried later from the cache, not re-read.
                 return;
             }
-            state.controller.lease = state.server.lease;
+            state.controllers[r].lease = state.server.lease;
             lease = state.server.lease;
         }
     }
 
     /// One step on the snapshot `lease` and the cached candidates; whether the Lease write it
     /// made was refused.
-    fn step_once(&self, state: &mut State, lease: Option<StoredLease>) -> bool {
+    fn step_once(&self, state: &mut State, r: usize, lease: Option<StoredLease>) -> bool {
         let now = state.now;
         // `index.rs` `Renewals::sitting_out`: kept by key, they outlive a deleted Lease.
-        let sitting_out: Vec<SitOut> = state
-            .controller
+        let sitting_out: Vec<SitOut> = state.controllers[r]
             .sitting_out
             .iter()
             .zip(self.ids())
@@ -280,12 +308,17 @@ impl Election {
             .collect();
         let mut record = lease.map(|stored| {
             let mut record = stored.record();
-            Renewal::annotate(state.controller.renewal.as_ref(), &stored, &mut record, now);
+            Renewal::annotate(
+                state.controllers[r].renewal.as_ref(),
+                &stored,
+                &mut record,
+                now,
+            );
             record.sitting_out = sitting_out.clone();
             record
         });
         if let Some(record) = record.as_mut() {
-            match self.pod_liveness(state, record) {
+            match self.pod_liveness(state, r, record) {
                 PodVerdict::Alive => {}
                 PodVerdict::Dead => record.holder_dead = true,
                 PodVerdict::Stale => return true,
@@ -301,12 +334,12 @@ impl Election {
         let known_dead = |id: Id, stored: &StoredCandidate| {
             self.bounds.pod_liveness
                 && Some(id) != holder
-                && process_dead(stored.process, state.controller.pods[usize::from(id)])
+                && process_dead(stored.process, state.controllers[r].pods[usize::from(id)])
         };
         let candidates: Vec<_> = self
             .ids()
             .filter_map(|id| {
-                state.controller.candidates[usize::from(id)]
+                state.controllers[r].candidates[usize::from(id)]
                     .filter(|stored| !known_dead(id, stored))
                     .map(|stored| stored.view(id))
             })
@@ -322,8 +355,7 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
-            deleted_while_held_until: state
-                .controller
+            deleted_while_held_until: state.controllers[r]
                 .deleted_while_held
                 .filter(|until| *until > now)
                 .map(timestamp),
@@ -337,20 +369,20 @@ impl Election {
         match election.apply_answer(answer.as_deref()) {
             Outcome::NoWinner { .. } | Outcome::Wait { .. } => false,
             Outcome::AwaitRenewal { .. } => {
-                if let Some(renewal) = state.controller.renewal.as_mut() {
+                if let Some(renewal) = state.controllers[r].renewal.as_mut() {
                     renewal.preemption_held_since.get_or_insert(now);
                 }
                 false
             }
             Outcome::Unchanged { probe, .. } => {
                 if let Some(holder) = probe.as_deref().and_then(id_of) {
-                    self.ping(state, holder, secs(self.timing.ack_window), None);
+                    self.ping(state, r, holder, secs(self.timing.ack_window), None);
                 }
                 false
             }
             Outcome::Ping { candidates, .. } => {
                 for id in candidates.iter().filter_map(|name| id_of(name)) {
-                    self.ping(state, id, secs(self.timing.ack_window), release);
+                    self.ping(state, r, id, secs(self.timing.ack_window), release);
                 }
                 false
             }
@@ -361,19 +393,20 @@ impl Election {
                 ..
             } => {
                 if let Some(leaver) = also_ping.as_deref().and_then(id_of) {
-                    self.ping(state, leaver, secs(self.timing.ack_window), release);
+                    self.ping(state, r, leaver, secs(self.timing.ack_window), release);
                 }
                 let basis = election.lease().map(|l| l.resource_version.clone());
                 let precondition = basis.clone();
                 let written = self.write_lease(
                     state,
+                    r,
                     write.kind,
                     &write.desired,
                     basis.as_deref(),
                     precondition.as_deref(),
                 );
                 if written && let Some(holder) = sit_out.as_deref().and_then(id_of) {
-                    Self::sit_out(state, holder);
+                    Self::sit_out(state, r, holder);
                 }
                 !written
             }
@@ -382,9 +415,9 @@ impl Election {
 
     /// `index.rs` `Renewals::sit_out`: `id`, written as holder and never renewing, sits out the
     /// Lease's elections, longer each time in a row.
-    fn sit_out(state: &mut State, id: Id) {
+    fn sit_out(state: &mut State, r: usize, id: Id) {
         let now = state.now;
-        let slot = &mut state.controller.sitting_out[usize::from(id)];
+        let slot = &mut state.controllers[r].sitting_out[usize::from(id)];
         let strikes = slot.map_or(1, |(strikes, until)| {
             if timestamp(until) + never_renewed_backoff(strikes) > timestamp(now) {
                 strikes.saturating_add(1)
@@ -404,7 +437,7 @@ impl Election {
     /// it), it lives; otherwise [`ANSWER_GRACE`] later it is dead, once the Lease as stored is
     /// the one judged (a GET at the moment of the step; a newer one is read, and the step runs
     /// again on it, as after a write conflict). Anything else forgets the report.
-    fn pod_liveness(&self, state: &mut State, record: &LeaseRecord) -> PodVerdict {
+    fn pod_liveness(&self, state: &mut State, r: usize, record: &LeaseRecord) -> PodVerdict {
         if !self.bounds.pod_liveness {
             return PodVerdict::Alive;
         }
@@ -414,23 +447,29 @@ impl Election {
             .and_then(id_of)
             .filter(|_| !record.is_expired(timestamp(now)))
             .and_then(|holder| {
-                let cached = state.controller.candidates[usize::from(holder)]?;
-                process_dead(cached.process, state.controller.pods[usize::from(holder)])
-                    .then_some((holder, cached))
+                let cached = state.controllers[r].candidates[usize::from(holder)]?;
+                process_dead(
+                    cached.process,
+                    state.controllers[r].pods[usize::from(holder)],
+                )
+                .then_some((holder, cached))
             });
         let Some((holder, cached)) = evidence else {
-            state.controller.reported = None;
+            state.controllers[r].reported = None;
             return PodVerdict::Alive;
         };
-        let dead_since = timestamp(state.controller.pods[usize::from(holder)].at);
-        let Some(reported) = state.controller.reported.filter(|r| r.holder == holder) else {
-            state.controller.reported = Some(Reported {
+        let dead_since = timestamp(state.controllers[r].pods[usize::from(holder)].at);
+        let Some(reported) = state.controllers[r]
+            .reported
+            .filter(|seen| seen.holder == holder)
+        else {
+            state.controllers[r].reported = Some(Reported {
                 holder,
                 seen_at: now,
                 asked_since: now,
                 answered: false,
             });
-            self.ping(state, holder, Duration::ZERO, None);
+            self.ping(state, r, holder, Duration::ZERO, None);
             return PodVerdict::Alive;
         };
         let answered = reported.answered
@@ -442,7 +481,7 @@ impl Election {
                 .is_some_and(|ping| ping >= reported.asked_since && cached.renew_time >= ping)
                 && !cached.ping_pending);
         if answered {
-            state.controller.reported = Some(Reported {
+            state.controllers[r].reported = Some(Reported {
                 answered: true,
                 ..reported
             });
@@ -472,13 +511,20 @@ impl Election {
     /// `writer.rs` `ping`: pings the cached candidate if it is stale (within `ack_window`), with
     /// its resourceVersion as precondition; on a conflict, reads it again and pings it if it is
     /// still stale.
-    fn ping(&self, state: &mut State, id: Id, ack_window: Duration, release: Option<Release<'_>>) {
+    fn ping(
+        &self,
+        state: &mut State,
+        r: usize,
+        id: Id,
+        ack_window: Duration,
+        release: Option<Release<'_>>,
+    ) {
         let now = state.now;
         let slot = usize::from(id);
         let stale = |stored: &StoredCandidate| {
             liveness_since(&stored.view(id), timestamp(now), ack_window, release) == Liveness::Stale
         };
-        let Some(cached) = state.controller.candidates[slot].filter(stale) else {
+        let Some(cached) = state.controllers[r].candidates[slot].filter(stale) else {
             return;
         };
         let Some(current) = state.server.candidates[slot] else {
@@ -493,6 +539,7 @@ impl Election {
         if current.ping_time == Some(now) && (current.ping_pending || !ack_window.is_zero()) {
             return;
         }
+        Self::judge_writer(state, r);
         state.server.candidates[slot] = Some(StoredCandidate {
             resource_version: current.resource_version + 1,
             ping_time: Some(now),
@@ -514,6 +561,7 @@ impl Election {
     fn write_lease(
         &self,
         state: &mut State,
+        r: usize,
         kind: WriteKind,
         desired: &LeaseRecord,
         basis: Option<&str>,
@@ -534,6 +582,7 @@ impl Election {
         if basis.map(str::to_owned) != version(current) {
             state.violations.lost_update = true;
         }
+        Self::judge_writer(state, r);
         let written = StoredLease {
             resource_version: current.map_or(1, |c| c.resource_version + 1),
             holder: desired.holder().and_then(id_of),
@@ -547,20 +596,20 @@ impl Election {
                 .and_then(|d| i16::try_from(d).ok())
                 .unwrap_or_default(),
         };
-        self.judge_write(state, kind, &written);
+        self.judge_write(state, r, kind, &written);
         state.server.lease = Some(written);
-        state.controller.lease = Some(written);
+        state.controllers[r].lease = Some(written);
         true
     }
 
     /// Records the properties a controller write breaks.
-    fn judge_write(&self, state: &mut State, kind: WriteKind, written: &StoredLease) {
+    fn judge_write(&self, state: &mut State, r: usize, kind: WriteKind, written: &StoredLease) {
         let grace = self.timing.lease_duration + self.timing.ack_window;
         // With LeaseCandidate deletions, the controller may write a candidate whose deletion its
         // watch has not delivered yet: its cached LeaseCandidate stands for the stored one.
         let live = |id: Id| {
             (state.server.candidates[usize::from(id)].is_some()
-                || state.controller.candidates[usize::from(id)].is_some())
+                || state.controllers[r].candidates[usize::from(id)].is_some())
                 && match state.candidates[usize::from(id)].phase {
                     Phase::Down { since } => state.now - since <= grace,
                     _ => true,
@@ -585,6 +634,179 @@ impl Election {
                 }
             }
             WriteKind::ClearPreferred => {}
+        }
+    }
+
+    // The controller replicas' own election.
+
+    /// `leadership.rs` `Leadership::is_leading`, the gate of every write (`writer.rs` `send`) and
+    /// what runs the workers that step (`lib.rs` `lead`): replica `r`'s term runs, that is, it
+    /// holds the controller's own Lease and its renew deadline has not passed. The lone replica
+    /// of a run with one always leads.
+    #[must_use]
+    pub fn is_leading(&self, state: &State, r: usize) -> bool {
+        state
+            .replicas
+            .get(r)
+            .is_none_or(|replica| match replica.phase {
+                ReplicaPhase::Leading { renewed_at } => {
+                    state.now < renewed_at + self.timing.renew_deadline
+                }
+                ReplicaPhase::Following | ReplicaPhase::Down => false,
+            })
+    }
+
+    /// The replica whose caches the liveness properties read: the holder of the controller's own
+    /// Lease as stored (`r0` with one replica, or before any holds it).
+    fn active(state: &State) -> usize {
+        state
+            .server
+            .own_lease
+            .map_or(0, |lease| usize::from(lease.holder))
+    }
+
+    /// Records a write by replica `r` that the controller's own Lease as stored does not allow:
+    /// another replica holds it (or nobody does), so another may be writing too.
+    fn judge_writer(state: &mut State, r: usize) {
+        if !state.replicas.is_empty()
+            && state
+                .server
+                .own_lease
+                .is_none_or(|lease| usize::from(lease.holder) != r)
+        {
+            state.violations.written_without_leadership = true;
+        }
+    }
+
+    /// The elector's `Observed` of the controller's own Lease: the version read, and when it was
+    /// first read.
+    fn observe_own(state: &mut State, r: usize) {
+        let now = state.now;
+        let version = state.server.own_lease.map(|l| l.resource_version);
+        let replica = &mut state.replicas[r];
+        replica.observed = match (version, replica.observed) {
+            (Some(v), Some((seen, at))) if v == seen => Some((seen, at)),
+            (Some(v), _) => Some((v, now)),
+            (None, _) => None,
+        };
+    }
+
+    /// The elector's write of the controller's own Lease naming replica `r` (`try_create`, or
+    /// `write_holder`: a renewal or a take-over), with the resourceVersion it read as
+    /// precondition (read and write are one action here: a conflict is a read of the newer
+    /// Lease). The term runs from when the write was sent: now.
+    fn write_own_lease(state: &mut State, r: usize) {
+        let now = state.now;
+        let version = state.server.own_lease.map_or(1, |l| l.resource_version + 1);
+        if state
+            .server
+            .own_lease
+            .is_some_and(|lease| usize::from(lease.holder) != r)
+        {
+            state.controller_failed_over = true;
+        }
+        state.server.own_lease = Some(OwnLease {
+            resource_version: version,
+            holder: ReplicaId::try_from(r).unwrap_or(ReplicaId::MAX),
+        });
+        state.replicas[r] = Replica {
+            phase: ReplicaPhase::Leading { renewed_at: now },
+            observed: Some((version, now)),
+        };
+    }
+
+    /// `elector.rs` `follow` in classic mode (`Elector::classic`, as `lib.rs` `run` contends for
+    /// the controller's Lease once its caches have synced): missing, the Lease is created; naming
+    /// this replica and fresh, renewed; held by another and fresh by this replica's own
+    /// observation (seen unchanged for less than `lease_duration`), left alone; otherwise taken.
+    fn follow_own_lease(&self, state: &mut State, r: usize) {
+        Self::observe_own(state, r);
+        let now = state.now;
+        let fresh = state.replicas[r]
+            .observed
+            .is_some_and(|(_, at)| at + self.timing.lease_duration > now);
+        let held_by_another = state
+            .server
+            .own_lease
+            .is_some_and(|lease| usize::from(lease.holder) != r);
+        if !(held_by_another && fresh) {
+            Self::write_own_lease(state, r);
+        }
+    }
+
+    /// `elector.rs` `lead` and `check`: a leading replica reads the controller's Lease; taken by
+    /// another replica or gone, the Lease is lost and the term ends at once (no drain grace: that
+    /// is for a shutdown, not modelled); otherwise it renews it when a renewal is due.
+    fn check_own_lease(&self, state: &mut State, r: usize) {
+        let ReplicaPhase::Leading { renewed_at } = state.replicas[r].phase else {
+            return;
+        };
+        Self::observe_own(state, r);
+        let held = state
+            .server
+            .own_lease
+            .is_some_and(|lease| usize::from(lease.holder) == r);
+        if !held {
+            state.replicas[r].phase = ReplicaPhase::Following;
+        } else if state.now >= renewed_at + self.timing.retry_period {
+            Self::write_own_lease(state, r);
+        }
+    }
+
+    /// Whether leading replica `r` reads its Lease: a renewal is due (every retry period), or
+    /// the Lease changed since it last read it (the elector's watch wakes it).
+    fn check_own_enabled(&self, state: &State, r: usize) -> bool {
+        let replica = state.replicas[r];
+        let ReplicaPhase::Leading { renewed_at } = replica.phase else {
+            return false;
+        };
+        state.now >= renewed_at + self.timing.retry_period
+            || state.server.own_lease.map(|l| l.resource_version)
+                != replica.observed.map(|(v, _)| v)
+    }
+
+    /// `elector.rs` `lead`: the renew deadline is a timer, so a term not renewed for
+    /// `renew_deadline` ends the moment it passes (the Lease counts as lost, the term's token is
+    /// cancelled, and the writer's gate closes with it); the replica follows again.
+    fn end_lapsed_terms(&self, state: &mut State) {
+        let now = state.now;
+        for replica in &mut state.replicas {
+            if let ReplicaPhase::Leading { renewed_at } = replica.phase
+                && now >= renewed_at + self.timing.renew_deadline
+            {
+                replica.phase = ReplicaPhase::Following;
+            }
+        }
+    }
+
+    /// After faults stop, what the replicas' electors must do within the second is done at
+    /// once, after any action: a leader whose renewal is due renews the Lease it still holds, and
+    /// every follower reads it. A reduction, not a change of behaviour: these reads and writes
+    /// touch only the controller's own Lease and the electors, which nothing else reads (a
+    /// leader renews before its deadline whatever the order, so its gate does not move), and a
+    /// follower that must read within the second sees the same version, at the same second,
+    /// whenever in it it reads; doing them in one order spares the checker every other. A leader
+    /// finding the Lease taken stays an action of its own ([`Action::CheckOwnLease`]): when it
+    /// sees that is what a gate that missed the deadline would get wrong.
+    fn settle_own_lease(&self, state: &mut State) {
+        if self.faulty(state) {
+            return;
+        }
+        for r in 0..state.replicas.len() {
+            if let ReplicaPhase::Leading { renewed_at } = state.replicas[r].phase
+                && state.now >= renewed_at + self.timing.retry_period
+                && state
+                    .server
+                    .own_lease
+                    .is_some_and(|lease| usize::from(lease.holder) == r)
+            {
+                Self::write_own_lease(state, r);
+            }
+        }
+        for r in 0..state.replicas.len() {
+            if state.replicas[r].phase == ReplicaPhase::Following {
+                Self::observe_own(state, r);
+            }
         }
     }
 
@@ -773,17 +995,8 @@ impl Election {
     /// The non-tick actions enabled in `state`.
     fn actor_actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faulty = self.faulty(state);
-        // A deletion is always delivered, once (a watch skips versions, not a deletion), even of
-        // a Lease whose creation it has not delivered (its ADDED and DELETED events both come).
-        if state.controller.delivered != state.server.lease || state.server.deleted.is_some() {
-            actions.push(Action::WatchLease);
-        }
-        for id in self.ids() {
-            if state.controller.candidates[usize::from(id)]
-                != state.server.candidates[usize::from(id)]
-            {
-                actions.push(Action::WatchCandidate(id));
-            }
+        for r in self.replica_ids() {
+            self.replica_actions(state, r, actions);
         }
         if faulty
             && state.lease_deletions < self.bounds.lease_deletions
@@ -791,10 +1004,6 @@ impl Election {
         {
             actions.push(Action::DeleteLease);
         }
-        if faulty && state.controller_restarts < self.bounds.max_controller_restarts {
-            actions.push(Action::RestartController);
-        }
-        actions.push(Action::Step);
         for id in self.ids() {
             let candidate = &state.candidates[usize::from(id)];
             let slot = usize::from(id);
@@ -845,14 +1054,60 @@ impl Election {
             {
                 actions.push(Action::DeleteCandidate(id));
             }
-            if self.bounds.pod_liveness {
-                if state.server.pods[slot] != Self::pod_truth(candidate) {
-                    actions.push(Action::KubeletReports(id));
+            if self.bounds.pod_liveness && state.server.pods[slot] != Self::pod_truth(candidate) {
+                actions.push(Action::KubeletReports(id));
+            }
+        }
+    }
+
+    /// The actions of controller replica `r`: its watches while its process runs, its steps
+    /// while it leads, its elector with two or more replicas, its restarts and crashes.
+    fn replica_actions(&self, state: &State, r: ReplicaId, actions: &mut Vec<Action>) {
+        let faulty = self.faulty(state);
+        let slot = usize::from(r);
+        let phase = state.replicas.get(slot).map(|replica| replica.phase);
+        if phase != Some(ReplicaPhase::Down) {
+            let controller = &state.controllers[slot];
+            // A deletion is always delivered, once (a watch skips versions, not a deletion), even
+            // of a Lease whose creation it has not delivered (its ADDED and DELETED events both
+            // come).
+            if controller.delivered != state.server.lease || controller.deletion.is_some() {
+                actions.push(Action::WatchLease(r));
+            }
+            for id in self.ids() {
+                let at = usize::from(id);
+                if controller.candidates[at] != state.server.candidates[at] {
+                    actions.push(Action::WatchCandidate(r, id));
                 }
-                if state.controller.pods[slot] != state.server.pods[slot] {
-                    actions.push(Action::WatchPod(id));
+                if self.bounds.pod_liveness && controller.pods[at] != state.server.pods[at] {
+                    actions.push(Action::WatchPod(r, id));
                 }
             }
+            if self.is_leading(state, slot) {
+                actions.push(Action::Step(r));
+            }
+        }
+        let restarts_left = state.controller_restarts < self.bounds.max_controller_restarts;
+        match phase {
+            None => {
+                if faulty && restarts_left {
+                    actions.push(Action::RestartController(r));
+                }
+            }
+            Some(ReplicaPhase::Down) => {
+                if faulty {
+                    actions.push(Action::RestartController(r));
+                }
+            }
+            Some(ReplicaPhase::Following) => actions.push(Action::FollowOwnLease(r)),
+            Some(ReplicaPhase::Leading { .. }) => {
+                if self.check_own_enabled(state, slot) {
+                    actions.push(Action::CheckOwnLease(r));
+                }
+            }
+        }
+        if faulty && restarts_left && phase.is_some_and(|p| p != ReplicaPhase::Down) {
+            actions.push(Action::CrashController(r));
         }
     }
 
@@ -874,65 +1129,82 @@ impl Election {
         let now = state.now;
         match action {
             Action::Tick => state.now += 1,
-            Action::WatchLease => {
-                if let Some(deleted) = state.server.deleted.take() {
+            Action::WatchLease(r) => {
+                let r = usize::from(r);
+                if let Some(deleted) = state.controllers[r].deletion.take() {
                     // `Renewals::deleted`: the event carries the Lease as stored when deleted.
-                    state.controller.deleted_while_held = deleted.holder.map(|_| {
-                        let renewed = state
-                            .controller
+                    state.controllers[r].deleted_while_held = deleted.holder.map(|_| {
+                        let renewed = state.controllers[r]
                             .renewal
-                            .filter(|r| r.is(&deleted))
+                            .filter(|renewal| renewal.is(&deleted))
                             .map_or(now, |r| r.seen_at);
                         renewed + deleted.duration
                     });
-                    state.controller.renewal = None;
+                    state.controllers[r].renewal = None;
                 }
                 if state.server.lease.is_some() {
-                    state.controller.deleted_while_held = None;
+                    state.controllers[r].deleted_while_held = None;
                 }
-                state.controller.delivered = state.server.lease;
-                state.controller.lease = state.server.lease;
+                state.controllers[r].delivered = state.server.lease;
+                state.controllers[r].lease = state.server.lease;
                 if let Some(lease) = state.server.lease {
-                    state.controller.renewal =
-                        Some(Renewal::watched(state.controller.renewal, &lease, now));
+                    state.controllers[r].renewal =
+                        Some(Renewal::watched(state.controllers[r].renewal, &lease, now));
                 }
             }
-            Action::WatchCandidate(id) => {
+            Action::WatchCandidate(r, id) => {
+                let r = usize::from(r);
                 let slot = usize::from(id);
-                state.controller.candidates[slot] = state.server.candidates[slot];
+                state.controllers[r].candidates[slot] = state.server.candidates[slot];
             }
-            Action::RestartController => {
-                state.controller_restarts += 1;
+            Action::RestartController(r) => {
+                let r = usize::from(r);
+                if let Some(replica) = state.replicas.get_mut(r) {
+                    // It starts again and contends once its caches have synced (the relist).
+                    *replica = Replica {
+                        phase: ReplicaPhase::Following,
+                        observed: None,
+                    };
+                } else {
+                    state.controller_restarts += 1;
+                }
                 // `Renewals::relisted`: a Lease known before and not listed was deleted; the
                 // deletion event itself is not delivered.
-                state.server.deleted = None;
-                state.controller.deleted_while_held =
-                    match (state.server.lease, state.controller.renewal) {
+                state.controllers[r].deletion = None;
+                state.controllers[r].deleted_while_held =
+                    match (state.server.lease, state.controllers[r].renewal) {
                         (None, Some(renewal)) => renewal.holder.map(|_| {
                             renewal.seen_at.min(now)
-                                + state
-                                    .controller
+                                + state.controllers[r]
                                     .delivered
                                     .map_or(self.timing.lease_duration, |l| l.duration)
                         }),
-                        (None, None) => state.controller.deleted_while_held,
+                        (None, None) => state.controllers[r].deleted_while_held,
                         (Some(_), _) => None,
                     };
-                state.controller.delivered = state.server.lease;
-                state.controller.lease = state.server.lease;
-                state
-                    .controller
+                state.controllers[r].delivered = state.server.lease;
+                state.controllers[r].lease = state.server.lease;
+                state.controllers[r]
                     .candidates
                     .clone_from(&state.server.candidates);
-                state.controller.renewal = state
+                state.controllers[r].renewal = state
                     .server
                     .lease
                     .map(|lease| Renewal::listed(None, &lease, now));
-                state.controller.sitting_out = vec![None; self.bounds.candidates];
-                state.controller.pods.clone_from(&state.server.pods);
-                state.controller.reported = None;
+                state.controllers[r].sitting_out = vec![None; self.bounds.candidates];
+                state.controllers[r].pods.clone_from(&state.server.pods);
+                state.controllers[r].reported = None;
             }
-            Action::Step => self.step(state),
+            Action::Step(r) => self.step(state, usize::from(r)),
+            Action::FollowOwnLease(r) => self.follow_own_lease(state, usize::from(r)),
+            Action::CheckOwnLease(r) => self.check_own_lease(state, usize::from(r)),
+            Action::CrashController(r) => {
+                state.controller_restarts += 1;
+                state.replicas[usize::from(r)] = Replica {
+                    phase: ReplicaPhase::Down,
+                    observed: None,
+                };
+            }
             Action::RenewCandidate(id) => {
                 let slot = usize::from(id);
                 let at = Self::local_time(state, id);
@@ -1020,10 +1292,13 @@ impl Election {
             }
             Action::DeleteLease => {
                 state.lease_deletions += 1;
-                state.server.deleted = state.server.lease.take().map(|l| StoredLease {
+                let deleted = state.server.lease.take().map(|l| StoredLease {
                     resource_version: 0,
                     ..l
                 });
+                for controller in &mut state.controllers {
+                    controller.deletion = deleted;
+                }
             }
             Action::DeleteCandidate(id) => {
                 state.candidate_deletions += 1;
@@ -1033,12 +1308,14 @@ impl Election {
                 let slot = usize::from(id);
                 state.server.pods[slot] = Self::pod_truth(&state.candidates[slot]);
             }
-            Action::WatchPod(id) => {
+            Action::WatchPod(r, id) => {
+                let r = usize::from(r);
                 let slot = usize::from(id);
                 let pod = state.server.pods[slot];
-                state.controller.pods[slot] = pod;
+                state.controllers[r].pods[slot] = pod;
                 let holder = state.server.lease.and_then(|l| l.holder);
                 if now >= self.bounds.faults_until
+                    && self.is_leading(state, r)
                     && state.holder_reported_at.is_none()
                     && holder == Some(id)
                     && !state.candidates[slot].is_up()
@@ -1053,6 +1330,8 @@ impl Election {
     fn successor(&self, state: &State, action: Action) -> Option<State> {
         let mut next = state.clone();
         self.apply(&mut next, action);
+        self.end_lapsed_terms(&mut next);
+        self.settle_own_lease(&mut next);
         next.canonicalize();
         (next != *state).then_some(next)
     }
@@ -1063,7 +1342,7 @@ impl Election {
     pub fn best_live(&self, state: &State) -> Option<Id> {
         self.ids().find(|id| {
             state.candidates[usize::from(*id)].is_up()
-                && state.controller.sitting_out[usize::from(*id)]
+                && state.controllers[Self::active(state)].sitting_out[usize::from(*id)]
                     .is_none_or(|(_, until)| until <= state.now)
         })
     }
@@ -1089,6 +1368,17 @@ impl Model for Election {
                 })
                 .collect();
         }
+        let controller = Controller {
+            delivered: None,
+            lease: None,
+            candidates: vec![None; n],
+            renewal: None,
+            sitting_out: vec![None; n],
+            pods: vec![PodStatus::default(); n],
+            reported: None,
+            deleted_while_held: None,
+            deletion: None,
+        };
         offsets
             .into_iter()
             .map(|offsets| State {
@@ -1097,17 +1387,19 @@ impl Model for Election {
                     lease: None,
                     candidates: vec![None; n],
                     pods: vec![PodStatus::default(); n],
-                    deleted: None,
+                    own_lease: None,
                 },
-                controller: Controller {
-                    delivered: None,
-                    lease: None,
-                    candidates: vec![None; n],
-                    renewal: None,
-                    sitting_out: vec![None; n],
-                    pods: vec![PodStatus::default(); n],
-                    reported: None,
-                    deleted_while_held: None,
+                controllers: vec![controller.clone(); self.bounds.replicas],
+                replicas: if self.bounds.replicas > 1 {
+                    vec![
+                        Replica {
+                            phase: ReplicaPhase::Following,
+                            observed: None,
+                        };
+                        self.bounds.replicas
+                    ]
+                } else {
+                    Vec::new()
                 },
                 candidates: offsets
                     .into_iter()
@@ -1125,6 +1417,7 @@ impl Model for Election {
                 cut_offs: 0,
                 controller_restarts: 0,
                 handed_off: false,
+                controller_failed_over: false,
                 holder_reported_at: None,
                 declared_dead: false,
                 candidate_deletions: 0,
@@ -1198,6 +1491,13 @@ pub const PINGS_BOUNDED: &str =
 /// `plan::liveness`), one more when it released the Lease (a ping sent after the release was
 /// watched counts, `plan::liveness_since`).
 pub const MAX_UNANSWERED_PINGS: u8 = 2;
+/// The name of the check that the controller's writer is gated by its own Lease: every write
+/// (a Lease or a ping) is sent by the replica the controller's Lease as stored names, so no two
+/// replicas write in overlapping terms.
+pub const ONE_WRITER: &str = "at most one controller replica writes at a time";
+/// The name of the sanity check that, with two or more replicas, the controller's own Lease
+/// changes hands (a failover between replicas is explored).
+pub const REPLICAS_FAIL_OVER: &str = "the controller's own Lease sometimes changes hands";
 /// The name of the sanity check that the model reaches a graceful hand-off.
 pub const HANDS_OFF: &str = "a pre-empted leader sometimes hands the Lease over";
 
@@ -1237,6 +1537,12 @@ pub fn properties() -> Vec<Property<Election>> {
                     .is_some_and(|holder| state.candidates[usize::from(holder)].leads())
         }),
         Property::sometimes(HANDS_OFF, |_: &Election, state: &State| state.handed_off),
+        Property::always(ONE_WRITER, |_: &Election, state: &State| {
+            !state.violations.written_without_leadership
+        }),
+        Property::sometimes(REPLICAS_FAIL_OVER, |model: &Election, state: &State| {
+            model.bounds.replicas < 2 || state.controller_failed_over
+        }),
         Property::always(NO_STALE_PREFERRED, |model: &Election, state: &State| {
             state.now < model.horizon()
                 || state

@@ -92,7 +92,9 @@ pub struct Bounds {
     pub faults_until: i16,
     /// How many candidate crashes (each followed by a restart, possibly) a run may contain.
     pub max_crashes: u8,
-    /// How many controller restarts (a relist that forgets every watched renewal) a run may contain.
+    /// How many controller restarts (a relist that forgets every watched renewal) a run may
+    /// contain; with two or more [`Bounds::replicas`], how many replica crashes (each possibly
+    /// followed by a restart that relists).
     pub max_controller_restarts: u8,
     /// How many times a candidate's Lease writes may start failing for a while (its renewals do
     /// not get through, so its Lease expires while it lives).
@@ -112,6 +114,12 @@ pub struct Bounds {
     pub candidate_deletions: u8,
     /// How many times the Lease may be deleted (an operator, a namespace cleanup) during faults.
     pub lease_deletions: u8,
+    /// How many controller replicas run (`r0`, `r1`, …). One: the lone controller always leads
+    /// and has no Lease of its own (the checks before replicas were modelled). Two or more: each
+    /// replica keeps its own watches and caches, contends for the controller's own Lease as
+    /// `conclave-candidate`'s classic elector does, and writes only while its term lasts
+    /// (`leadership.rs`), as the chart's two replicas do.
+    pub replicas: usize,
 }
 
 impl Bounds {
@@ -127,5 +135,6 @@ impl Bounds {
         restarts: true,
         candidate_deletions: 0,
         lease_deletions: 0,
+        replicas: 1,
     };
 }

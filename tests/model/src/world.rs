@@ -10,6 +10,9 @@ use conclave_core::time::Timestamp;
 /// A candidate, by index: `c0`, `c1`, …
 pub type Id = u8;
 
+/// A controller replica, by index: `r0`, `r1`, …
+pub type ReplicaId = u8;
+
 /// A point in model time, in seconds.
 pub type Time = i16;
 
@@ -192,9 +195,46 @@ pub struct Server {
     pub candidates: Vec<Option<StoredCandidate>>,
     /// Each candidate's Pod, as the kubelet last reported it.
     pub pods: Vec<PodStatus>,
-    /// The Lease as stored when it was last deleted, until the controller's watch delivers the
-    /// deletion (what its DELETED event carries) or a relist passes it over.
-    pub deleted: Option<StoredLease>,
+    /// The controller's own Lease (with two or more replicas); `None` until a replica creates it.
+    pub own_lease: Option<OwnLease>,
+}
+
+/// The controller's own Lease as the API server stores it (`conclave-controller` in the
+/// controller's namespace): who holds it. Its `leaseDurationSeconds` is always the model's
+/// lease duration, and no replica releases it (a graceful shutdown is not modelled: a replica
+/// stops by crashing), so the holder and the resourceVersion are all that change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnLease {
+    /// `metadata.resourceVersion`.
+    pub resource_version: u8,
+    /// `spec.holderIdentity`.
+    pub holder: ReplicaId,
+}
+
+/// Where a controller replica's process stands in the election of the controller's own Lease
+/// (`conclave-candidate`'s classic elector, run by `lib.rs` `run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReplicaPhase {
+    /// Crashed: no watch, no write.
+    Down,
+    /// Following: its caches stay warm, its writer refuses every write.
+    Following,
+    /// Leading a term: its workers step and its writer sends (`leadership.rs` `is_leading`).
+    Leading {
+        /// When it last renewed the controller's Lease (its monotonic clock: when the write was
+        /// sent); the term ends at this plus the renew deadline unless renewed again.
+        renewed_at: Time,
+    },
+}
+
+/// One controller replica's elector: its phase and what it observed of the controller's Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Replica {
+    /// What it is doing.
+    pub phase: ReplicaPhase,
+    /// The controller Lease's resourceVersion as it last read it, and when it first read that
+    /// version (the elector's `Observed`: expiry is judged from its own observation).
+    pub observed: Option<(u8, Time)>,
 }
 
 /// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
@@ -344,6 +384,9 @@ pub struct Controller {
     /// Until when the holder of the Lease, deleted while held, may still lead by this
     /// controller's reckoning (`index.rs` `Renewals::deleted`, `held_after_deletion`).
     pub deleted_while_held: Option<Time>,
+    /// The Lease as stored when it was last deleted, until this controller's watch delivers the
+    /// deletion (what its DELETED event carries) or a relist passes it over.
+    pub deletion: Option<StoredLease>,
 }
 
 /// A holder reported dead (`pods.rs` `Reported`): pinged when first seen, declared dead
@@ -440,6 +483,9 @@ pub struct Violations {
     pub declared_dead_while_running: bool,
     /// Pod liveness declared a holder dead (`holder_dead`) whose process leads.
     pub declared_dead_while_leading: bool,
+    /// A controller replica wrote (a Lease or a ping) while the controller's own Lease as stored
+    /// did not name it.
+    pub written_without_leadership: bool,
 }
 
 /// The whole system at one instant.
@@ -449,8 +495,10 @@ pub struct State {
     pub now: Time,
     /// The API server.
     pub server: Server,
-    /// The controller.
-    pub controller: Controller,
+    /// The controller replicas' watches and caches, by replica.
+    pub controllers: Vec<Controller>,
+    /// The controller replicas' electors, by replica; empty with one replica (it always leads).
+    pub replicas: Vec<Replica>,
     /// The candidates, by index.
     pub candidates: Vec<Candidate>,
     /// Candidate crashes so far.
@@ -461,6 +509,9 @@ pub struct State {
     pub controller_restarts: u8,
     /// A pre-empted leader released the Lease (for the sanity check that hand-offs are explored).
     pub handed_off: bool,
+    /// A controller replica took over the controller's own Lease from another (for the sanity
+    /// check that failovers between replicas are explored).
+    pub controller_failed_over: bool,
     /// When the controller's Pod watch, after faults stopped, delivered the kubelet's report
     /// that the holder's process stopped (for the liveness bound of pod liveness).
     pub holder_reported_at: Option<Time>,
@@ -501,11 +552,22 @@ impl State {
     /// so no behaviour is lost.
     pub fn canonicalize(&mut self) {
         let lease = self.server.lease.map(|l| l.resource_version);
-        for cached in [&mut self.controller.lease, &mut self.controller.delivered]
-            .into_iter()
-            .flatten()
-        {
-            cached.resource_version = relabel(cached.resource_version, lease);
+        for controller in &mut self.controllers {
+            for cached in [&mut controller.lease, &mut controller.delivered]
+                .into_iter()
+                .flatten()
+            {
+                cached.resource_version = relabel(cached.resource_version, lease);
+            }
+        }
+        let own = self.server.own_lease.map(|l| l.resource_version);
+        for replica in &mut self.replicas {
+            if let Some((version, _)) = replica.observed.as_mut() {
+                *version = relabel(*version, own);
+            }
+        }
+        if let Some(stored) = self.server.own_lease.as_mut() {
+            stored.resource_version = CURRENT;
         }
         for candidate in &mut self.candidates {
             if let Some((version, _)) = candidate.observed.as_mut() {
@@ -515,15 +577,12 @@ impl State {
         if let Some(stored) = self.server.lease.as_mut() {
             stored.resource_version = CURRENT;
         }
-        for (stored, cached) in self
-            .server
-            .candidates
-            .iter_mut()
-            .zip(self.controller.candidates.iter_mut())
-        {
+        for (slot, stored) in self.server.candidates.iter_mut().enumerate() {
             let current = stored.map(|s| s.resource_version);
-            if let Some(cached) = cached.as_mut() {
-                cached.resource_version = relabel(cached.resource_version, current);
+            for controller in &mut self.controllers {
+                if let Some(cached) = controller.candidates[slot].as_mut() {
+                    cached.resource_version = relabel(cached.resource_version, current);
+                }
             }
             if let Some(stored) = stored.as_mut() {
                 stored.resource_version = CURRENT;
@@ -549,8 +608,20 @@ impl core::fmt::Display for State {
             )?,
             None => write!(f, " lease[missing]")?,
         }
-        if self.controller.lease != self.server.lease {
-            write!(f, " (controller's copy stale)")?;
+        for (r, controller) in self.controllers.iter().enumerate() {
+            if controller.lease != self.server.lease {
+                write!(f, " (r{r}'s copy stale)")?;
+            }
+        }
+        for (r, replica) in self.replicas.iter().enumerate() {
+            write!(f, " r{r}:{:?}", replica.phase)?;
+            if self
+                .server
+                .own_lease
+                .is_some_and(|l| usize::from(l.holder) == r)
+            {
+                write!(f, "[holds]")?;
+            }
         }
         for (id, candidate) in self.candidates.iter().enumerate() {
             write!(f, " c{id}:{:?}", candidate.phase)?;
@@ -586,17 +657,19 @@ impl core::fmt::Display for State {
                 )?;
             }
         }
-        for (id, sitting) in self.controller.sitting_out.iter().enumerate() {
-            if let Some((strikes, until)) = sitting {
-                write!(f, " c{id}-sits-out[strikes={strikes} until={until}]")?;
+        for (r, controller) in self.controllers.iter().enumerate() {
+            for (id, sitting) in controller.sitting_out.iter().enumerate() {
+                if let Some((strikes, until)) = sitting {
+                    write!(f, " r{r}:c{id}-sits-out[strikes={strikes} until={until}]")?;
+                }
             }
-        }
-        if let Some(r) = self.controller.reported {
-            write!(
-                f,
-                " reported[c{} seen={} asked_since={} answered={}]",
-                r.holder, r.seen_at, r.asked_since, r.answered
-            )?;
+            if let Some(reported) = controller.reported {
+                write!(
+                    f,
+                    " r{r}:reported[c{} seen={} asked_since={} answered={}]",
+                    reported.holder, reported.seen_at, reported.asked_since, reported.answered
+                )?;
+            }
         }
         if self.violations != Violations::default() {
             write!(f, " {:?}", self.violations)?;

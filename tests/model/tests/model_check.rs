@@ -2,8 +2,9 @@
 //! it explored, the depth and the time (`cargo test -p conclave-model -- --nocapture`).
 
 use conclave_model::model::{
-    Election, NO_STALE_PREFERRED, NOT_LEADERLESS, ONE_LEADER, PINGS_BOUNDED, POD_DEAD_NOT_LEADING,
-    POD_DEAD_ONLY_CRASHED, POD_FAILOVER, PREEMPT_BETTER,
+    Election, HOLDER_LIVE, NO_LOST_UPDATE, NO_STALE_PREFERRED, NOT_LEADERLESS, ONE_LEADER,
+    ONE_WRITER, PINGS_BOUNDED, POD_DEAD_NOT_LEADING, POD_DEAD_ONLY_CRASHED, POD_FAILOVER,
+    PREEMPT_BETTER, REPLICAS_FAIL_OVER,
 };
 use conclave_model::timing::{Bounds, Timing};
 use stateright::{Checker, Expectation, Model};
@@ -93,6 +94,57 @@ fn bounded_check_with_a_lease_deletion_holds_every_property() {
         checker.assert_no_discovery(property);
     }
     checker.assert_properties();
+}
+
+/// The CI check of two controller replicas (issue 32): each keeps its own watches and caches,
+/// contends for the controller's own Lease as the classic elector does, and steps and writes only
+/// while its term lasts (`leadership.rs`); 1 s of faults and one crash of a replica, so that the
+/// other takes the controller's Lease over once it has seen it unchanged for a lease duration
+/// (and the crashed one may restart and relist). Every property holds with two writers'
+/// caches: one candidate leads at a time, no lost update, no write by a replica the
+/// controller's Lease does not name, and the failover between replicas is reached.
+#[test]
+fn bounded_check_with_two_controller_replicas_holds_every_property() {
+    let bounds = Bounds {
+        faults_until: 1,
+        max_crashes: 0,
+        max_controller_restarts: 1,
+        replicas: 2,
+        ..Bounds::BOUNDED
+    };
+    let checker = explore(
+        "bounded, two controller replicas",
+        Election::new(Timing::BOUNDED, bounds, false),
+    );
+    for property in [
+        ONE_WRITER,
+        ONE_LEADER,
+        HOLDER_LIVE,
+        PREEMPT_BETTER,
+        NO_LOST_UPDATE,
+    ] {
+        checker.assert_no_discovery(property);
+    }
+    checker.assert_any_discovery(REPLICAS_FAIL_OVER);
+    checker.assert_properties();
+}
+
+/// Two controller replicas with a candidate crash too: the crashed holder's Lease taken over by
+/// whichever replica leads, while the replicas may fail over themselves.
+#[test]
+#[ignore = "minutes: run with --ignored"]
+fn full_check_two_controller_replicas_and_a_crash_holds_every_property() {
+    let bounds = Bounds {
+        faults_until: 1,
+        max_controller_restarts: 1,
+        replicas: 2,
+        ..Bounds::BOUNDED
+    };
+    explore(
+        "two controller replicas, a crash",
+        Election::new(Timing::BOUNDED, bounds, false),
+    )
+    .assert_properties();
 }
 
 /// A Lease deletion with pod liveness and a restarted holder: the two-leader trace of the
