@@ -8,6 +8,9 @@
 //! - one controller that reads (possibly stale) cached snapshots, one object at a time, as a
 //!   watch delivers them late or coalesces them, times the renewals it watches as the controller's
 //!   index does, and writes (Lease writes and pings) through the real step;
+//! - with [`timing::Bounds::replicas`] above one, controller replicas, each with its own watches
+//!   and caches, that elect one of them through the controller's own Lease (the classic elector)
+//!   and write only while their term lasts (`leadership.rs`), crash and relist;
 //! - two or three candidates following `conclave-candidate`'s elector: register and renew the
 //!   LeaseCandidate, answer pings, lead while holder, renew the Lease, stop at the renew deadline,
 //!   step down on a `preferredHolder` naming someone else (stop the work, then release the Lease),
