@@ -827,6 +827,8 @@ struct Phase {
     to: ServerSample,
     /// Conclave at the start and end of the window, when it runs.
     conclave: Option<(Snapshot, Snapshot)>,
+    /// What the holders did in the window.
+    holders: HolderStats,
     pings_answered: u64,
     /// The Leases in the window.
     leases: LeaseWatch,
@@ -864,6 +866,7 @@ struct SideBySide<'a> {
     builtin: &'a mut Option<BuiltinControllerHold>,
     run: &'a ControllerRun,
     cache: &'a LeaseCache,
+    holders: &'a Holders,
     pings_answered: &'a AtomicU64,
     window: Duration,
     settle: Duration,
@@ -914,7 +917,9 @@ impl SideBySide<'_> {
                     None => None,
                 };
                 let pings_from = self.pings_answered.load(Ordering::Relaxed);
+                let holders_from = self.holders.new_window();
                 tokio::time::sleep(self.window).await;
+                let holders = self.holders.stats() - holders_from;
                 let to = ServerSample::take(self.plane).await;
                 let conclave = match (&controller, conclave_from) {
                     (Some(c), Some(from)) => Some((from, c.snapshot().await)),
@@ -928,6 +933,7 @@ impl SideBySide<'_> {
                     from,
                     to,
                     conclave,
+                    holders,
                     pings_answered: self.pings_answered.load(Ordering::Relaxed) - pings_from,
                     leases: monitor.new_window(),
                     held_by_best: held_by_best(self.cache),
@@ -943,9 +949,9 @@ impl SideBySide<'_> {
 /// in its phase minus the same round's no-controller phase, plus its own process's CPU.
 fn print_side_by_side(phases: &[Phase]) {
     println!(
-        "| round | phase | switch: until electing; Leases from the switch to the window: most leaderless at once / longest leaderless / holder changes | kube-apiserver CPU | etcd CPU | bench CPU (holders, ping answers) | writes kube-apiserver served: Leases / LeaseCandidates | pings answered | Conclave CPU (RSS MiB) | Conclave: Lease writes / strategy calls | Leases in the window: most leaderless / longest / holder changes; held by the best | load at the end |"
+        "| round | phase | switch: until electing; Leases from the switch to the window: most leaderless at once / longest leaderless / holder changes | kube-apiserver CPU | etcd CPU | bench CPU (holders, ping answers) | writes kube-apiserver served: Leases / LeaseCandidates | holders: renewals, failed (slowest slice) | pings answered | Conclave CPU (RSS MiB) | Conclave: Lease writes / strategy calls | Leases in the window: most leaderless / longest / holder changes; held by the best | load at the end |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for p in phases {
         let (conclave_cpu, conclave_counts) = match p.conclave {
             Some((from, to)) => {
@@ -958,7 +964,7 @@ fn print_side_by_side(phases: &[Phase]) {
             None => ("-".into(), "-".into()),
         };
         println!(
-            "| {} | {} | {:.1} s; {} / {:.1} s / {} | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} | {} | {conclave_cpu} | {conclave_counts} | {} / {:.1} s / {}; {} | {} |",
+            "| {} | {} | {:.1} s; {} / {:.1} s / {} | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} | {}, {} ({:.2} s) | {} | {conclave_cpu} | {conclave_counts} | {} / {:.1} s / {}; {} | {} |",
             p.round,
             p.elector.name(),
             p.switch.as_secs_f64(),
@@ -970,6 +976,9 @@ fn print_side_by_side(phases: &[Phase]) {
             p.pct(p.to.bench_cpu - p.from.bench_cpu),
             p.to.lease_writes - p.from.lease_writes,
             p.to.candidate_writes - p.from.candidate_writes,
+            p.holders.renewals,
+            p.holders.failures,
+            p.holders.slowest_slice.as_secs_f64(),
             p.pings_answered,
             p.leases.most_leaderless,
             p.leases.longest_leaderless.as_secs_f64(),
@@ -1138,6 +1147,7 @@ async fn main() {
             builtin,
             run: &run,
             cache: &cache,
+            holders: &holders,
             pings_answered: &pings_answered,
             window: steady,
             settle,
