@@ -20,6 +20,19 @@
 //! `CONCLAVE_BENCH_CONCLAVE` (the `conclave` binary to run, default the one cargo built with the
 //! bench; worktrees sharing one target directory overwrite each other's) and
 //! `CONCLAVE_BENCH_LOG` (the controller's `RUST_LOG`, default `warn`; its log goes to stderr).
+//!
+//! `CONCLAVE_BENCH_BUILTIN=1` (with `CONCLAVE_BENCH_SERVER=kube`) replaces the steady state and
+//! the storms by the steady state side by side with kube-apiserver's built-in controller, on the
+//! same control plane, Leases and holders: after the initial elections, `CONCLAVE_BENCH_ROUNDS`
+//! rounds (default 2) of three phases, Conclave electing (the built-in controller held passive),
+//! no controller (Conclave stopped, the built-in still held: the renewals' own cost) and the
+//! built-in controller electing (the hold released, Conclave stopped). Each phase waits
+//! `CONCLAVE_BENCH_SETTLE_SECS` (default 10) after its switch, then measures for
+//! `CONCLAVE_BENCH_STEADY_SECS`: kube-apiserver's and etcd's CPU (from /proc), the writes
+//! kube-apiserver served (its `apiserver_request_total`), Conclave's CPU, memory and counters,
+//! the pings answered, and whether the Leases stayed held (most leaderless at once, longest
+//! leaderless, holder changes). Each controller's cost is kube-apiserver's CPU in its phase minus
+//! that of the round's no-controller phase, plus its own process's CPU.
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
@@ -35,6 +48,7 @@ use kube::{Api, Client};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -215,14 +229,15 @@ fn candidate(ns: &str, lease: usize, i: usize) -> LeaseCandidate {
 
 /// Answers every ping (renewTime = now when pingTime is newer), like live clients: watch-driven,
 /// up to [`PING_ANSWERS`] at a time (each client answers its own pings, so none waits for
-/// another's), with the resourceVersion just seen as precondition.
-async fn answer_pings(api: Api<LeaseCandidate>) {
+/// another's), with the resourceVersion just seen as precondition. Counts the answers written in
+/// `answered`.
+async fn answer_pings(api: Api<LeaseCandidate>, answered: Arc<AtomicU64>) {
     let stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects();
     stream
         .for_each_concurrent(PING_ANSWERS, |event| {
-            let api = api.clone();
+            let (api, answered) = (api.clone(), Arc::clone(&answered));
             async move {
                 let Ok(mut c) = event else {
                     return;
@@ -238,7 +253,9 @@ async fn answer_pings(api: Api<LeaseCandidate>) {
                 if outstanding {
                     spec.renew_time = Some(now());
                     let name = c.metadata.name.clone().unwrap_or_default();
-                    let _ = api.replace(&name, &PostParams::default(), &c).await;
+                    if api.replace(&name, &PostParams::default(), &c).await.is_ok() {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         })
@@ -493,18 +510,84 @@ async fn wait_leases(
 
 /// The `conclave run` child process, killed (and reaped) when dropped: a bench that fails panics,
 /// and the unwinding drops the guard, so no controller is left running after it.
-struct Controller(std::process::Child);
+struct Controller {
+    child: std::process::Child,
+    /// Where its /metrics answers.
+    metrics: SocketAddr,
+}
 
 impl Controller {
-    fn pid(&self) -> u32 {
-        self.0.id()
+    /// The controller's CPU, memory and counters now.
+    async fn snapshot(&self) -> Snapshot {
+        snapshot(self.child.id(), self.metrics).await
     }
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How the bench runs `conclave run`: the same flags every time it starts one.
+struct ControllerRun {
+    kubeconfig: PathBuf,
+    namespace: String,
+    lease_secs: i32,
+    workers: u64,
+}
+
+impl ControllerRun {
+    /// Starts `conclave run --mode all` (its /metrics on a fresh port) and waits until it is
+    /// active, for at most 120 s.
+    async fn start(&self) -> Controller {
+        let metrics = free_port();
+        let child = std::process::Command::new(
+            std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
+                .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into()),
+        )
+        .args([
+            "run",
+            "--kubeconfig",
+            self.kubeconfig.to_str().unwrap(),
+            "--mode",
+            "all",
+            "--namespace",
+            &self.namespace,
+            "--controller-namespace",
+            "kube-system",
+            "--identity",
+            "bench",
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--ack-window",
+            &format!("{}s", ACK_WINDOW.as_secs()),
+            "--lease-duration-seconds",
+            &self.lease_secs.to_string(),
+            "--workers",
+            &self.workers.to_string(),
+        ])
+        .env(
+            "RUST_LOG",
+            std::env::var("CONCLAVE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("conclave run starts");
+        let controller = Controller { child, metrics };
+        let started = Instant::now();
+        while !metrics_text(metrics)
+            .await
+            .is_ok_and(|t| t.lines().any(|l| l == "conclave_active 1"))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the controller did not become active"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        controller
     }
 }
 
@@ -516,7 +599,8 @@ enum Server {
     Emulator(conclave_emulator::RunningEmulator),
     Kube {
         plane: Box<ControlPlane>,
-        _builtin: BuiltinControllerHold,
+        /// The hold that keeps the built-in election controller passive; `None` while it elects.
+        builtin: Option<BuiltinControllerHold>,
     },
 }
 
@@ -537,7 +621,7 @@ impl Server {
             std::fs::copy(plane.kubeconfig_path(), &kubeconfig).expect("kubeconfig");
             let server = Self::Kube {
                 plane: Box::new(plane),
-                _builtin: builtin,
+                builtin: Some(builtin),
             };
             return Some((server, client, kubeconfig, ns));
         }
@@ -565,6 +649,369 @@ impl Server {
                 conclave_testkit::KUBERNETES_VERSION,
                 plane.server_url()
             ),
+        }
+    }
+}
+
+/// Who elects in one phase of the side-by-side steady state (`CONCLAVE_BENCH_BUILTIN=1`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Elector {
+    /// `conclave run`, the built-in controller held passive.
+    Conclave,
+    /// Nobody: Conclave stopped, the built-in controller still held passive. What the renewals
+    /// alone cost, the baseline of the other two.
+    Nobody,
+    /// kube-apiserver's built-in controller (its hold released), Conclave stopped.
+    Builtin,
+}
+
+impl Elector {
+    /// The phases of one round, in order.
+    const ROUND: [Self; 3] = [Self::Conclave, Self::Nobody, Self::Builtin];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Conclave => "Conclave",
+            Self::Nobody => "no controller",
+            Self::Builtin => "built-in controller",
+        }
+    }
+}
+
+/// CPU seconds of kube-apiserver, etcd and the bench process, and kube-apiserver's own count of
+/// writes (`apiserver_request_total`, verbs POST, PUT, PATCH and DELETE) to Leases and to
+/// LeaseCandidates, whoever made them, at one moment.
+#[derive(Clone, Copy)]
+struct ServerSample {
+    at: Instant,
+    apiserver_cpu: f64,
+    etcd_cpu: f64,
+    bench_cpu: f64,
+    lease_writes: f64,
+    candidate_writes: f64,
+}
+
+impl ServerSample {
+    async fn take(plane: &ControlPlane) -> Self {
+        let text = plane
+            .apiserver_metrics()
+            .await
+            .expect("kube-apiserver /metrics");
+        let writes = |resource: &str| -> f64 {
+            let resource = format!("resource=\"{resource}\"");
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .map(|verb| {
+                    let verb = format!("verb=\"{verb}\"");
+                    sum(&text, "apiserver_request_total", &[&resource, &verb])
+                })
+                .sum()
+        };
+        Self {
+            at: Instant::now(),
+            apiserver_cpu: usage(plane.apiserver_pid()).0,
+            etcd_cpu: usage(plane.etcd_pid()).0,
+            bench_cpu: usage(std::process::id()).0,
+            lease_writes: writes("leases"),
+            candidate_writes: writes("leasecandidates"),
+        }
+    }
+}
+
+/// What [`LeaseMonitor`] saw of the bench's Leases in one window.
+#[derive(Clone, Copy, Default)]
+struct LeaseWatch {
+    /// The most Leases without a live holder (none, or expired) at one look.
+    most_leaderless: usize,
+    /// The longest one Lease went without a live holder, up to the window's end.
+    longest_leaderless: Duration,
+    /// How often a Lease's holder differed from the previous look.
+    holder_changes: u64,
+}
+
+/// Looks at every Lease in the bench's cache every [`LeaseMonitor::EVERY`] and keeps what it saw
+/// as a [`LeaseWatch`] per window. Stops when dropped.
+struct LeaseMonitor {
+    stats: Arc<Mutex<LeaseWatch>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseMonitor {
+    /// How often it looks.
+    const EVERY: Duration = Duration::from_millis(250);
+
+    fn start(cache: LeaseCache) -> Self {
+        let stats: Arc<Mutex<LeaseWatch>> = Arc::default();
+        let task = tokio::spawn({
+            let stats = Arc::clone(&stats);
+            async move {
+                // Per Lease: the holder last seen, and since when it has had no live holder.
+                let mut seen: HashMap<String, (String, Option<Instant>)> = HashMap::new();
+                loop {
+                    tokio::time::sleep(Self::EVERY).await;
+                    let (now, now_micros) = (Instant::now(), micros_now());
+                    let mut stats = stats.lock().unwrap();
+                    let mut leaderless = 0;
+                    for lease in cache.state() {
+                        let record = lease_record(&lease);
+                        let holder = record.holder().unwrap_or_default().to_owned();
+                        let live = !holder.is_empty()
+                            && record
+                                .expires_at()
+                                .is_some_and(|at| at.as_micros() > now_micros);
+                        let (last, since) = seen
+                            .entry(record.name)
+                            .or_insert_with(|| (holder.clone(), None));
+                        if *last != holder {
+                            stats.holder_changes += 1;
+                            *last = holder;
+                        }
+                        if live {
+                            *since = None;
+                        } else {
+                            leaderless += 1;
+                            let since = *since.get_or_insert(now);
+                            stats.longest_leaderless = stats.longest_leaderless.max(now - since);
+                        }
+                    }
+                    stats.most_leaderless = stats.most_leaderless.max(leaderless);
+                }
+            }
+        });
+        Self { stats, task }
+    }
+
+    /// What it saw since the last call; starts a new window.
+    fn new_window(&self) -> LeaseWatch {
+        std::mem::take(&mut *self.stats.lock().unwrap())
+    }
+}
+
+impl Drop for LeaseMonitor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The Leases held, alive, by their best candidate (`l<i>-c0`, the oldest emulation version).
+fn held_by_best(cache: &LeaseCache) -> usize {
+    let now_micros = micros_now();
+    cache
+        .state()
+        .iter()
+        .map(|lease| lease_record(lease))
+        .filter(|r| {
+            r.holder().is_some_and(|h| h.ends_with("-c0"))
+                && r.expires_at().is_some_and(|at| at.as_micros() > now_micros)
+        })
+        .count()
+}
+
+/// The load average (1, 5 and 15 minutes).
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// One measured phase of the side-by-side steady state.
+struct Phase {
+    round: usize,
+    elector: Elector,
+    /// From the start of the switch until the new elector elects (Conclave active, the built-in
+    /// controller leading).
+    switch: Duration,
+    /// The Leases from the start of the switch to the start of the window.
+    switching: LeaseWatch,
+    from: ServerSample,
+    to: ServerSample,
+    /// Conclave at the start and end of the window, when it runs.
+    conclave: Option<(Snapshot, Snapshot)>,
+    /// What the holders did in the window.
+    holders: HolderStats,
+    pings_answered: u64,
+    /// The Leases in the window.
+    leases: LeaseWatch,
+    held_by_best: usize,
+    load: String,
+}
+
+impl Phase {
+    /// Percent of one core over the window.
+    fn pct(&self, cpu_seconds: f64) -> f64 {
+        100.0 * cpu_seconds / (self.to.at - self.from.at).as_secs_f64()
+    }
+
+    fn apiserver(&self) -> f64 {
+        self.pct(self.to.apiserver_cpu - self.from.apiserver_cpu)
+    }
+
+    fn etcd(&self) -> f64 {
+        self.pct(self.to.etcd_cpu - self.from.etcd_cpu)
+    }
+
+    /// The elector's own process (0 for the built-in controller, which runs in kube-apiserver).
+    fn own(&self) -> f64 {
+        self.conclave
+            .map_or(0.0, |(from, to)| self.pct(to.cpu - from.cpu))
+    }
+}
+
+/// The side-by-side steady state on the real server (`CONCLAVE_BENCH_BUILTIN=1`): the same
+/// Leases, renewed by the same holders, elected in turn by Conclave, by nobody and by
+/// kube-apiserver's built-in controller, each phase measured over the same window after the same
+/// settling time.
+struct SideBySide<'a> {
+    plane: &'a ControlPlane,
+    builtin: &'a mut Option<BuiltinControllerHold>,
+    run: &'a ControllerRun,
+    cache: &'a LeaseCache,
+    holders: &'a Holders,
+    pings_answered: &'a AtomicU64,
+    window: Duration,
+    settle: Duration,
+    rounds: usize,
+}
+
+impl SideBySide<'_> {
+    /// Runs the rounds of [`Elector::ROUND`], the first starting with `controller` already
+    /// electing; returns every phase measured.
+    async fn run(self, mut controller: Option<Controller>) -> Vec<Phase> {
+        let monitor = LeaseMonitor::start(self.cache.clone());
+        let mut phases = Vec::new();
+        for round in 1..=self.rounds {
+            for elector in Elector::ROUND {
+                progress(&format!("round {round}: {}", elector.name()));
+                monitor.new_window();
+                let switch_start = Instant::now();
+                match elector {
+                    Elector::Conclave if controller.is_none() => {
+                        *self.builtin = Some(
+                            self.plane
+                                .hold_builtin_controller_lease()
+                                .await
+                                .expect("built-in controller passive"),
+                        );
+                        controller = Some(self.run.start().await);
+                    }
+                    Elector::Conclave => {}
+                    Elector::Nobody => controller = None,
+                    Elector::Builtin => {
+                        self.builtin
+                            .take()
+                            .expect("the built-in controller is held")
+                            .release()
+                            .await
+                            .expect("built-in controller hold released");
+                        conclave_testkit::wait_builtin_leading(self.plane)
+                            .await
+                            .expect("built-in controller leads");
+                    }
+                }
+                let switch = switch_start.elapsed();
+                tokio::time::sleep(self.settle).await;
+                let switching = monitor.new_window();
+                let from = ServerSample::take(self.plane).await;
+                let conclave_from = match &controller {
+                    Some(c) => Some(c.snapshot().await),
+                    None => None,
+                };
+                let pings_from = self.pings_answered.load(Ordering::Relaxed);
+                let holders_from = self.holders.new_window();
+                tokio::time::sleep(self.window).await;
+                let holders = self.holders.stats() - holders_from;
+                let to = ServerSample::take(self.plane).await;
+                let conclave = match (&controller, conclave_from) {
+                    (Some(c), Some(from)) => Some((from, c.snapshot().await)),
+                    _ => None,
+                };
+                phases.push(Phase {
+                    round,
+                    elector,
+                    switch,
+                    switching,
+                    from,
+                    to,
+                    conclave,
+                    holders,
+                    pings_answered: self.pings_answered.load(Ordering::Relaxed) - pings_from,
+                    leases: monitor.new_window(),
+                    held_by_best: held_by_best(self.cache),
+                    load: load(),
+                });
+            }
+        }
+        phases
+    }
+}
+
+/// Prints the side-by-side phases and, per controller and round, its cost: kube-apiserver's CPU
+/// in its phase minus the same round's no-controller phase, plus its own process's CPU.
+fn print_side_by_side(phases: &[Phase]) {
+    println!(
+        "| round | phase | switch: until electing; Leases from the switch to the window: most leaderless at once / longest leaderless / holder changes | kube-apiserver CPU | etcd CPU | bench CPU (holders, ping answers) | writes kube-apiserver served: Leases / LeaseCandidates | holders: renewals, failed (slowest slice) | pings answered | Conclave CPU (RSS MiB) | Conclave: Lease writes / strategy calls | Leases in the window: most leaderless / longest / holder changes; held by the best | load at the end |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for p in phases {
+        let (conclave_cpu, conclave_counts) = match p.conclave {
+            Some((from, to)) => {
+                let c = to.counters - from.counters;
+                (
+                    format!("{:.1}% ({:.1})", p.own(), to.rss),
+                    format!("{:.0} / {:.0}", c.lease_writes, c.strategy_calls),
+                )
+            }
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "| {} | {} | {:.1} s; {} / {:.1} s / {} | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} | {}, {} ({:.2} s) | {} | {conclave_cpu} | {conclave_counts} | {} / {:.1} s / {}; {} | {} |",
+            p.round,
+            p.elector.name(),
+            p.switch.as_secs_f64(),
+            p.switching.most_leaderless,
+            p.switching.longest_leaderless.as_secs_f64(),
+            p.switching.holder_changes,
+            p.apiserver(),
+            p.etcd(),
+            p.pct(p.to.bench_cpu - p.from.bench_cpu),
+            p.to.lease_writes - p.from.lease_writes,
+            p.to.candidate_writes - p.from.candidate_writes,
+            p.holders.renewals,
+            p.holders.failures,
+            p.holders.slowest_slice.as_secs_f64(),
+            p.pings_answered,
+            p.leases.most_leaderless,
+            p.leases.longest_leaderless.as_secs_f64(),
+            p.leases.holder_changes,
+            p.held_by_best,
+            p.load,
+        );
+    }
+    println!();
+    println!(
+        "| controller | round | kube-apiserver CPU in its phase | in the round's no-controller phase | difference | its own process | cost | etcd difference |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for elector in [Elector::Conclave, Elector::Builtin] {
+        for p in phases.iter().filter(|p| p.elector == elector) {
+            let Some(baseline) = phases
+                .iter()
+                .find(|b| b.round == p.round && b.elector == Elector::Nobody)
+            else {
+                continue;
+            };
+            let difference = p.apiserver() - baseline.apiserver();
+            println!(
+                "| {} | {} | {:.1}% | {:.1}% | {:+.1}% | {:.1}% | **{:.1}%** | {:+.1}% |",
+                elector.name(),
+                p.round,
+                p.apiserver(),
+                baseline.apiserver(),
+                difference,
+                p.own(),
+                difference + p.own(),
+                p.etcd() - baseline.etcd(),
+            );
         }
     }
 }
@@ -620,62 +1067,34 @@ async fn main() {
     let renew_every = Duration::from_secs(env_u64("CONCLAVE_BENCH_RENEW_SECS", 2));
     let lease_secs = i32::try_from(env_u64("CONCLAVE_BENCH_LEASE_SECS", 10)).expect("lease secs");
     let workers = env_u64("CONCLAVE_BENCH_WORKERS", 16);
+    let side_by_side = std::env::var("CONCLAVE_BENCH_BUILTIN").is_ok_and(|v| v == "1");
+    assert!(
+        !side_by_side || std::env::var("CONCLAVE_BENCH_SERVER").is_ok_and(|s| s == "kube"),
+        "CONCLAVE_BENCH_BUILTIN=1 compares with kube-apiserver's built-in controller: it needs \
+         CONCLAVE_BENCH_SERVER=kube"
+    );
+    let settle = Duration::from_secs(env_u64("CONCLAVE_BENCH_SETTLE_SECS", 10));
+    let rounds = env_u64("CONCLAVE_BENCH_ROUNDS", 2) as usize;
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some((server, client, kubeconfig, ns)) = Server::start(dir.path()).await else {
+    let Some((mut server, client, kubeconfig, ns)) = Server::start(dir.path()).await else {
         return;
     };
     let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), &ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    tokio::spawn(answer_pings(candidates.clone()));
+    let pings_answered = Arc::new(AtomicU64::new(0));
+    tokio::spawn(answer_pings(
+        candidates.clone(),
+        Arc::clone(&pings_answered),
+    ));
 
-    let metrics = free_port();
-    let controller = Controller(
-        std::process::Command::new(
-            std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
-                .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into()),
-        )
-        .args([
-            "run",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--mode",
-            "all",
-            "--namespace",
-            &ns,
-            "--controller-namespace",
-            "kube-system",
-            "--identity",
-            "bench",
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--ack-window",
-            &format!("{}s", ACK_WINDOW.as_secs()),
-            "--lease-duration-seconds",
-            &lease_secs.to_string(),
-            "--workers",
-            &workers.to_string(),
-        ])
-        .env(
-            "RUST_LOG",
-            std::env::var("CONCLAVE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("conclave run starts"),
-    );
-    let pid = controller.pid();
-    let started = Instant::now();
-    while !metrics_text(metrics)
-        .await
-        .is_ok_and(|t| t.lines().any(|l| l == "conclave_active 1"))
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the controller did not become active"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let idle = snapshot(pid, metrics).await;
+    let run = ControllerRun {
+        kubeconfig,
+        namespace: ns.clone(),
+        lease_secs,
+        workers,
+    };
+    let controller = run.start().await;
+    let idle = controller.snapshot().await;
     progress("controller active; creating the candidates");
 
     // Initial elections; each holder renews from the moment it is elected.
@@ -701,17 +1120,55 @@ async fn main() {
         r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t0)
     })
     .await;
-    let elected = snapshot(pid, metrics).await;
+    let elected = controller.snapshot().await;
+    if side_by_side {
+        progress("initial elections done; side by side");
+        let Server::Kube { plane, builtin } = &mut server else {
+            unreachable!("checked at the start")
+        };
+        println!(
+            "Steady state side by side on kube-apiserver {} at {}: {n} Leases x 3 candidates \
+             (OldestEmulationVersion), holders renew every {} s with a {lease_secs} s Lease; \
+             `conclave run --mode all --lease-duration-seconds {lease_secs} --workers {workers}`; \
+             {} candidates created in {:.1} s, all Leases held {:.1} s after the first create; \
+             each phase settles {} s after its switch, then is measured for {} s; load at the start {}",
+            conclave_testkit::KUBERNETES_VERSION,
+            plane.server_url(),
+            renew_every.as_secs(),
+            n * 3,
+            created_in.as_secs_f64(),
+            created_in.as_secs_f64() + elect.as_secs_f64(),
+            settle.as_secs(),
+            steady.as_secs(),
+            load(),
+        );
+        let phases = SideBySide {
+            plane,
+            builtin,
+            run: &run,
+            cache: &cache,
+            holders: &holders,
+            pings_answered: &pings_answered,
+            window: steady,
+            settle,
+            rounds,
+        }
+        .run(Some(controller))
+        .await;
+        holders.stop().await;
+        print_side_by_side(&phases);
+        return;
+    }
     progress("initial elections done; steady state");
     let steady_start = holders.new_window();
 
     // Steady state: holders renew, the controller has nothing to write.
     tokio::time::sleep(steady).await;
-    let steady_end = snapshot(pid, metrics).await;
+    let steady_end = controller.snapshot().await;
     let steady_stats = holders.stats() - steady_start;
     holders.stop().await;
     let stopped = micros_now();
-    let after_renewals = snapshot(pid, metrics).await;
+    let after_renewals = controller.snapshot().await;
     progress("holders stopped; expiry storm");
 
     // Expiry storm: the holders of the steady state renew no more; every Lease expires
@@ -755,7 +1212,7 @@ async fn main() {
     })
     .await;
     let reelected_micros = micros_now();
-    let expiry_storm = snapshot(pid, metrics).await;
+    let expiry_storm = controller.snapshot().await;
     new_leaders.stop().await;
     progress("expiry storm settled; release storm");
 
@@ -765,7 +1222,7 @@ async fn main() {
     let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
     tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
     holders.stop().await;
-    let before_release = snapshot(pid, metrics).await;
+    let before_release = controller.snapshot().await;
     let t1 = micros_now();
     let release_start = Instant::now();
     let new_leaders = Holders::start_renewing(
@@ -781,7 +1238,7 @@ async fn main() {
         r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t1)
     })
     .await;
-    let released = snapshot(pid, metrics).await;
+    let released = controller.snapshot().await;
     new_leaders.stop().await;
     drop(controller);
     let server_name = server.name();

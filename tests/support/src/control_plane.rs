@@ -232,6 +232,25 @@ impl ControlPlane {
             .is_none()
     }
 
+    /// The kube-apiserver process id (its CPU time is in `/proc/<pid>/stat`).
+    pub fn apiserver_pid(&self) -> u32 {
+        self.apiserver.lock().expect("apiserver lock").pid()
+    }
+
+    /// The etcd process id.
+    pub fn etcd_pid(&self) -> u32 {
+        self.etcd.lock().expect("etcd lock").pid()
+    }
+
+    /// The text of kube-apiserver's `/metrics` (Prometheus text format), read as admin.
+    pub async fn apiserver_metrics(&self) -> Result<String, Error> {
+        let client = self.client().await?;
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("static request is valid");
+        Ok(client.request_text(request).await?)
+    }
+
     /// The last `max_bytes` of kube-apiserver's log.
     pub fn apiserver_log_tail(&self, max_bytes: usize) -> String {
         self.apiserver

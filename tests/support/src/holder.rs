@@ -65,12 +65,9 @@ impl ControlPlane {
     /// `leader_election_master_status{name="leader-election-controller"}` metric (absent before it
     /// first tried to lead, which counts as not leading).
     pub async fn builtin_controller_leading(&self) -> Result<bool, Error> {
-        let client = self.client().await?;
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .expect("static request is valid");
-        let metrics = client.request_text(request).await?;
-        Ok(metrics
+        Ok(self
+            .apiserver_metrics()
+            .await?
             .lines()
             .filter_map(|line| line.strip_prefix(LEADING_METRIC))
             .any(|value| value.trim() == "1"))
