@@ -1361,7 +1361,7 @@ impl Runner {
             self.stop_candidate().await;
         }
         let failure = if still_held && stopped {
-            match self.release().await {
+            match self.release(&lease).await {
                 Release::Released => {
                     self.emit(Transition::Released {
                         term: number,
@@ -1529,13 +1529,24 @@ impl Runner {
     }
 
     /// Releases the Lease if this instance still holds it. Bounded by the renew deadline.
-    async fn release(&mut self) -> Release {
+    ///
+    /// The first attempt writes over `last_read`, the version the term read last (the one that
+    /// named another preferred holder, or its last renewal), with its resourceVersion as the
+    /// precondition: a hand-off then costs one round trip less. If the Lease changed since, the
+    /// write conflicts and the Lease is read again, as every later attempt does.
+    async fn release(&mut self, last_read: &Lease) -> Release {
         let key = self.config().key();
         let deadline = Instant::now() + self.config().renew_deadline;
         let attempt = async {
+            let mut known = Some(last_read.clone())
+                .filter(|lease| lease_record(lease).holder() == Some(self.identity()));
             loop {
-                let Some(current) = self.lock.get().await? else {
-                    return Ok(false);
+                let current = match known.take() {
+                    Some(current) => current,
+                    None => match self.lock.get().await? {
+                        Some(current) => current,
+                        None => return Ok(false),
+                    },
                 };
                 if lease_record(&current).holder() != Some(self.identity()) {
                     return Ok(false);

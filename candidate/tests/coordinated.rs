@@ -473,6 +473,60 @@ async fn preemption_drains_then_releases_then_the_new_leader_starts() {
     b.stop().await.unwrap();
 }
 
+/// The release is written over the version the term read last, to save a read; a controller's
+/// write during the drain makes that write conflict, and the release then reads the Lease again:
+/// it still releases, and keeps what the controller wrote (here the strategy) instead of undoing
+/// it.
+#[tokio::test]
+async fn a_release_after_a_write_during_the_drain_reads_again_and_keeps_that_write() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let writer = client.clone();
+    let a = Running::start(
+        Elector::coordinated(
+            common::client(&emulator),
+            lease_config("drain-write", "a"),
+            candidate_config("1.31.0"),
+        )
+        .unwrap(),
+        move |term: Term| {
+            let writer = writer.clone();
+            async move {
+                let worker = term.clone();
+                term.spawn(async move {
+                    worker.cancelled().await;
+                    // The controller changes the Lease while the term drains.
+                    modify(&writer, "drain-write", |spec| {
+                        spec.strategy = Some("conclave.dev/priority".into());
+                    })
+                    .await;
+                });
+            }
+        },
+    );
+    let mut events = a.handle.transitions();
+    wait_for("registered", || async { a.handle.is_ready().then_some(()) }).await;
+    assign(&client, "drain-write", "a").await;
+    wait_state(&a.handle, "a leads", |s| {
+        matches!(s, LeaderState::Leading { .. })
+    })
+    .await;
+
+    preempt(&client, "drain-write", "b").await;
+    next_transition(&mut events, "a releases", |t| {
+        matches!(t, Transition::Released { .. })
+    })
+    .await;
+    let spec = get_spec(&client, "drain-write").await.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(""), "{spec:?}");
+    assert_eq!(
+        spec.strategy.as_deref(),
+        Some("conclave.dev/priority"),
+        "the release kept the controller's write made during the drain: {spec:?}"
+    );
+    a.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn lost_lease_cancels_at_once_and_writes_no_release() {
     let emulator = emulator().await;
