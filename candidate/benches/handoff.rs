@@ -19,16 +19,21 @@
 //! - coordinated graceful: the (simulated) election controller writes `preferredHolder`; the
 //!   leader drains and releases; the controller elects the other candidate as soon as it sees
 //!   the release. Measured from the preferredHolder write to the release, and to the new leader
-//!   leading.
+//!   leading. The bench's own watch of the Lease splits that time into shares: the write and its
+//!   watch event; the leader (its watch, the drain, the release write); the controller (its watch
+//!   and its write, from its watch cache as Conclave's controller writes); the new leader (its
+//!   watch and its own first write).
 //! - classic graceful: the leader shuts down gracefully (drain + release); measured from the
 //!   shutdown request to the other instance leading.
 //! - crash: the leader's runtime is killed (the peer process: SIGKILL); measured until the other
 //!   instance leads.
 //!
-//! Run: `cargo bench --profile dev -p conclave-candidate --bench handoff`. Environment:
+//! Run: `cargo bench -p conclave-candidate --bench handoff` (release; `--profile dev` builds
+//! faster and hands off about three times slower). Environment:
 //! `BENCH_SERVER` (`emulator` or `real`; default `real` when the control-plane binaries exist),
 //! `HANDOFFS` (default 50), `PEER_HANDOFFS` (default 20), `CRASHES` (default 5), `BENCH_LIBS`
-//! (comma-separated subset of `coordinated`, `classic`, `lease-manager`, `leader-election`).
+//! (comma-separated subset of `coordinated`, `classic`, `lease-manager`, `leader-election`),
+//! `RUST_LOG` (the electors' logs on stderr, e.g. `conclave_candidate=info`).
 
 use conclave_candidate::{CandidateConfig, Elector, LeaseConfig, Term, Transition};
 use conclave_emulator::{Emulator, EmulatorConfig, RunningEmulator};
@@ -163,7 +168,7 @@ impl Participant {
                     };
                     let mut transitions = elector.handle().transitions();
                     let (events, who) = (events.clone(), name.clone());
-                    tokio::spawn(async move {
+                    let forwarder = tokio::spawn(async move {
                         while let Ok(t) = transitions.recv().await {
                             let ev = match t {
                                 Transition::Leading { .. } => Ev::Leading,
@@ -178,6 +183,9 @@ impl Participant {
                         term.spawn(async move { worker.cancelled().await });
                     };
                     elector.run(lead, token).await.unwrap();
+                    // The last transitions (`Released` at a shutdown) may still be on their way
+                    // to the bench: the runtime ends once this task reports done.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), forwarder).await;
                 }
                 Kind::LeaderElection => unreachable!("runs as a process"),
                 Kind::LeaseManager => {
@@ -402,18 +410,33 @@ impl Inbox {
 }
 
 /// The simulated election controller: elects `target` into a missing, released or expired
-/// Lease (as kube-apiserver's and Conclave's controllers do), reacting to watch events.
+/// Lease (as kube-apiserver's and Conclave's controllers do), reacting to watch events. Like
+/// Conclave's controller it writes from its watch cache (the Lease as last delivered), with the
+/// resourceVersion as the precondition: a conflict waits for the watch's newer version.
 fn controller(client: Client, lease: String, target: Arc<Mutex<String>>, stop: CancellationToken) {
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, NAMESPACE);
         let config = watcher::Config::default().fields(&format!("metadata.name={lease}"));
         let mut events = watcher(api.clone(), config).default_backoff().boxed();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut cached: Option<Lease> = None;
+        let mut synced = false;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = events.next() => {}
+                event = events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
+                        cached = Some(lease);
+                    }
+                    Some(Ok(watcher::Event::Delete(_))) => cached = None,
+                    Some(Ok(watcher::Event::Init)) => cached = None,
+                    Some(Ok(watcher::Event::InitDone)) => synced = true,
+                    Some(Err(_)) | None => {}
+                },
                 _ = tick.tick() => {}
+            }
+            if !synced {
+                continue;
             }
             let next = target.lock().unwrap().clone();
             let now = jiff::Timestamp::now();
@@ -427,8 +450,8 @@ fn controller(client: Client, lease: String, target: Arc<Mutex<String>>, stop: C
                 spec.strategy = Some("OldestEmulationVersion".into());
                 lease
             };
-            match api.get_opt(&lease).await {
-                Ok(None) => {
+            match &cached {
+                None => {
                     let new = elect(Lease {
                         metadata: ObjectMeta {
                             name: Some(lease.clone()),
@@ -438,28 +461,93 @@ fn controller(client: Client, lease: String, target: Arc<Mutex<String>>, stop: C
                     });
                     let _ = api.create(&PostParams::default(), &new).await;
                 }
-                Ok(Some(current)) => {
-                    let record = conclave_core::k8s::lease_record(&current);
+                Some(current) => {
+                    let record = conclave_core::k8s::lease_record(current);
                     if record.is_free(conclave_core::k8s::timestamp(now)) {
                         let _ = api
-                            .replace(&lease, &PostParams::default(), &elect(current))
+                            .replace(&lease, &PostParams::default(), &elect(current.clone()))
                             .await;
                     }
                 }
-                Err(_) => {}
             }
         }
     });
 }
 
-async fn set_preferred(client: &Client, lease: &str, preferred: &str) {
+/// What the bench's observer saw of the Lease, and when its watch delivered it.
+struct Seen {
+    holder: Option<String>,
+    preferred: Option<String>,
+    at: Instant,
+}
+
+/// Watches the Lease beside the participants and records when each version arrived, so a
+/// coordinated hand-off splits into the leader's, the controller's and the new leader's shares.
+fn observe(client: Client, lease: String, stop: CancellationToken) -> Arc<Mutex<Vec<Seen>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, NAMESPACE);
+        let config = watcher::Config::default().fields(&format!("metadata.name={lease}"));
+        let mut versions = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        loop {
+            let lease = tokio::select! {
+                () = stop.cancelled() => return,
+                next = versions.next() => match next {
+                    Some(Ok(lease)) => lease,
+                    Some(Err(_)) => continue,
+                    None => return,
+                },
+            };
+            let spec = lease.spec.unwrap_or_default();
+            log.lock().unwrap().push(Seen {
+                holder: spec.holder_identity.filter(|h| !h.is_empty()),
+                preferred: spec.preferred_holder,
+                at: Instant::now(),
+            });
+        }
+    });
+    seen
+}
+
+/// The first version the observer saw at or after `after` that satisfies `wanted`.
+async fn seen_at(
+    seen: &Mutex<Vec<Seen>>,
+    after: Instant,
+    wanted: impl Fn(&Seen) -> bool,
+) -> Instant {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(version) = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|v| v.at >= after && wanted(v))
+        {
+            return version.at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the observer saw no such version"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Writes `preferredHolder` (read, then replace with the resourceVersion precondition); returns
+/// when the successful write was sent, and when its answer arrived.
+async fn set_preferred(client: &Client, lease: &str, preferred: &str) -> (Instant, Instant) {
     let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     loop {
         let mut current = api.get(lease).await.unwrap();
         let spec = current.spec.get_or_insert_with(LeaseSpec::default);
         spec.preferred_holder = Some(preferred.into());
+        let sent = Instant::now();
         match api.replace(lease, &PostParams::default(), &current).await {
-            Ok(_) => return,
+            Ok(_) => return (sent, Instant::now()),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
             Err(e) => panic!("{e}"),
         }
@@ -479,6 +567,52 @@ impl Samples {
         v.sort();
         let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
         v[rank - 1]
+    }
+}
+
+/// Where a coordinated hand-off's time goes, each share timed by the bench's own watch of the
+/// Lease (it sees a version about when the participants' watches do).
+#[derive(Default)]
+struct Shares {
+    /// The `preferredHolder` write: sent → answered.
+    write: Samples,
+    /// The `preferredHolder` write sent → its version delivered by a watch.
+    watch: Samples,
+    /// `preferredHolder` seen → the release seen: the leader's watch, its drain and its release
+    /// write.
+    leader: Samples,
+    /// The release seen → the new holder seen: the controller's watch and its write.
+    controller: Samples,
+    /// The new holder seen → the new leader leading: its watch and its own first write.
+    new_leader: Samples,
+}
+
+impl Shares {
+    fn rows(self, library: &'static str) -> [Row; 5] {
+        let row = |scenario, samples| Row {
+            library,
+            scenario,
+            samples,
+        };
+        [
+            row("share: preferredHolder write sent -> answered", self.write),
+            row(
+                "share: preferredHolder write sent -> seen on a watch",
+                self.watch,
+            ),
+            row(
+                "share: leader (seen preferredHolder -> release seen)",
+                self.leader,
+            ),
+            row(
+                "share: controller (release seen -> new holder seen)",
+                self.controller,
+            ),
+            row(
+                "share: new leader (new holder seen -> leading)",
+                self.new_leader,
+            ),
+        ]
     }
 }
 
@@ -546,13 +680,30 @@ async fn run_library(
 
     let mut released = Samples::default();
     let mut leading = Samples::default();
+    let mut shares = Shares::default();
+    let seen = observe(client.clone(), lease.clone(), controller_stop.clone());
     for _ in 0..handoffs {
         *target.lock().unwrap() = follower.who.clone();
         let t0 = Instant::now();
         if kind == Kind::Coordinated {
-            set_preferred(&client, &lease, &follower.who).await;
-            released.push(inbox.wait(&leader.who, Ev::Released, t0).await - t0);
-            leading.push(inbox.wait(&follower.who, Ev::Leading, t0).await - t0);
+            let (t0, answered) = set_preferred(&client, &lease, &follower.who).await;
+            let released_at = inbox.wait(&leader.who, Ev::Released, t0).await;
+            let leading_at = inbox.wait(&follower.who, Ev::Leading, t0).await;
+            released.push(released_at - t0);
+            leading.push(leading_at - t0);
+            let next = follower.who.as_str();
+            let preferred_seen = seen_at(&seen, t0, |v| v.preferred.as_deref() == Some(next)).await;
+            let release_seen = seen_at(&seen, preferred_seen, |v| v.holder.is_none()).await;
+            let holder_seen =
+                seen_at(&seen, release_seen, |v| v.holder.as_deref() == Some(next)).await;
+            shares.write.push(answered - t0);
+            shares.watch.push(preferred_seen - t0);
+            shares.leader.push(release_seen - preferred_seen);
+            shares.controller.push(holder_seen - release_seen);
+            shares
+                .new_leader
+                .push(leading_at.saturating_duration_since(holder_seen));
+            seen.lock().unwrap().clear();
             std::mem::swap(&mut leader, &mut follower);
         } else {
             let old = std::mem::replace(&mut leader, follower);
@@ -588,6 +739,9 @@ async fn run_library(
         scenario: graceful_leading,
         samples: leading,
     });
+    if kind == Kind::Coordinated {
+        rows.extend(shares.rows(library));
+    }
 
     let mut failover = Samples::default();
     for _ in 0..crashes {
@@ -628,6 +782,13 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 #[tokio::main]
 async fn main() {
+    // The electors' logs, when asked for (`RUST_LOG=conclave_candidate=info`), on stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let handoffs = env_usize("HANDOFFS", 50);
     let peer_handoffs = env_usize("PEER_HANDOFFS", 20);
     let crashes = env_usize("CRASHES", 5);
