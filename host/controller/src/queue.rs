@@ -141,16 +141,24 @@ impl WorkQueue {
             }
             let busy = st.active.contains(&key) || st.queued.contains(&key);
             if !busy && at.is_none_or(|at| at > Instant::now()) {
+                // Some sleeping worker wakes no later than the earliest deadline (every earlier
+                // one added wakes a worker). A renewal moves its key's deadline later, so the
+                // earliest rarely comes sooner: only then is a worker woken to sleep less. The
+                // others cost at most one early wake-up, at the old deadline, not one per
+                // renewal (5,000 a second at 10,000 Leases renewed every 2 s).
+                let earliest = st.delayed.first().map(|(earliest, _)| *earliest);
                 if let Some(existing) = st.deadline_of.remove(&key) {
                     st.delayed.remove(&(existing, key.clone()));
                 }
+                let sooner = at.is_some_and(|at| earliest.is_none_or(|earliest| at < earliest));
                 if let Some(at) = at {
                     st.deadline_of.insert(key.clone(), at);
                     st.delayed.insert((at, key));
                 }
                 drop(st);
-                // Wake a worker so it re-computes the earliest deadline it sleeps until.
-                self.notify.notify_one();
+                if sooner {
+                    self.notify.notify_one();
+                }
                 return;
             }
         }
@@ -360,6 +368,37 @@ mod tests {
         q.add_at(key("b"), Instant::now() + Duration::from_secs(5));
         q.renewed(key("b"), None);
         assert!(q.is_empty());
+    }
+
+    /// A renewal wakes no worker unless it makes the earliest deadline sooner; then the sleeping
+    /// worker wakes and hands the key out at its deadline, not at the later one it slept until.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_brings_the_earliest_deadline_forward_wakes_a_sleeping_worker() {
+        let q = WorkQueue::default();
+        let now = Instant::now();
+        q.add_at(key("a"), now + Duration::from_secs(10));
+        let worker = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let first = q.next().await.expect("first key");
+                (first.key.clone(), Instant::now())
+            }
+        });
+        // Let the worker go to sleep until a's deadline.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        q.renewed(key("b"), Some(now + Duration::from_secs(2)));
+        let (first, at) = worker.await.unwrap();
+        assert_eq!(first, key("b"));
+        assert!(
+            at - now < Duration::from_secs(3),
+            "b handed out at its deadline, not a's: {:?}",
+            at - now
+        );
+        // A renewal moving a later: the worker that slept until a's old deadline looks again.
+        q.renewed(key("a"), Some(now + Duration::from_secs(20)));
+        let item = q.next().await.expect("a");
+        assert_eq!(item.key, key("a"));
+        assert!(Instant::now() - now >= Duration::from_secs(20));
     }
 
     #[tokio::test(start_paused = true)]
