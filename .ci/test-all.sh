@@ -43,7 +43,7 @@ echo "== strategy vectors"
 # the .wasm files operators load with --plugins DIR).
 # The test build makes target/debug/conclave too (the CLI's tests run it): building it here with
 # the workspace's features, not `cargo build -p conclave`'s narrower ones, keeps the test step from
-# compiling about 110 dependencies a second time (about 5 minutes on 2 cores).
+# compiling about 110 dependencies a second time (14m56 of two builds became one of 10m57).
 cargo test --workspace --no-run
 plugins=target/wasm/wasm32-wasip2/release
 for vectors in tests/vectors/*.json; do
