@@ -681,21 +681,23 @@ async fn run_library(
     let mut released = Samples::default();
     let mut leading = Samples::default();
     let mut shares = Shares::default();
-    let seen = observe(client.clone(), lease.clone(), controller_stop.clone());
+    // Only the coordinated hand-off is split into shares: the other libraries run without the
+    // observer's watch.
+    let seen = (kind == Kind::Coordinated)
+        .then(|| observe(client.clone(), lease.clone(), controller_stop.clone()));
     for _ in 0..handoffs {
         *target.lock().unwrap() = follower.who.clone();
-        let t0 = Instant::now();
-        if kind == Kind::Coordinated {
+        if let Some(seen) = &seen {
             let (t0, answered) = set_preferred(&client, &lease, &follower.who).await;
             let released_at = inbox.wait(&leader.who, Ev::Released, t0).await;
             let leading_at = inbox.wait(&follower.who, Ev::Leading, t0).await;
             released.push(released_at - t0);
             leading.push(leading_at - t0);
             let next = follower.who.as_str();
-            let preferred_seen = seen_at(&seen, t0, |v| v.preferred.as_deref() == Some(next)).await;
-            let release_seen = seen_at(&seen, preferred_seen, |v| v.holder.is_none()).await;
+            let preferred_seen = seen_at(seen, t0, |v| v.preferred.as_deref() == Some(next)).await;
+            let release_seen = seen_at(seen, preferred_seen, |v| v.holder.is_none()).await;
             let holder_seen =
-                seen_at(&seen, release_seen, |v| v.holder.as_deref() == Some(next)).await;
+                seen_at(seen, release_seen, |v| v.holder.as_deref() == Some(next)).await;
             shares.write.push(answered - t0);
             shares.watch.push(preferred_seen - t0);
             shares.leader.push(release_seen - preferred_seen);
@@ -706,6 +708,7 @@ async fn run_library(
             seen.lock().unwrap().clear();
             std::mem::swap(&mut leader, &mut follower);
         } else {
+            let t0 = Instant::now();
             let old = std::mem::replace(&mut leader, follower);
             let who = old.who.clone();
             let stopping = tokio::spawn(old.stop());
