@@ -2,7 +2,7 @@
 //! 1000`. Several Leases with several `conclave candidate` processes each, Conclave's controller
 //! as two `conclave run` replicas, and a seeded stream of pre-emptions, SIGTERMs, SIGKILLs,
 //! controller crashes and API faults (tests/common/soak.rs); then the split-brain checker
-//! (tests/common/checker.rs) reads every candidate's output and the table is printed. Fails
+//! (conclave_testkit::checker) reads every candidate's output and the table is printed. Fails
 //! (after the table) on any overlap, leaked task or unended term. Every process it starts is
 //! killed when it ends, also on a panic.
 //!

@@ -1,5 +1,5 @@
 //! The soak, short (CI): about 50 events on the emulator, fewer on a real kube-apiserver, each
-//! checked by the split-brain checker (tests/common/checker.rs): no two leadership intervals of
+//! checked by the split-brain checker (conclave_testkit::checker): no two leadership intervals of
 //! one Lease overlap, and every term's tasks stopped before its release. The long run is
 //! `cargo bench -p conclave-candidate --bench soak -- --handoffs 1000` (docs/benchmarks.md).
 //! The emulator's run is repeated with a simulated kubelet (tests/common/kubelet.rs): the

@@ -1,7 +1,7 @@
 //! Split-brain checker with real processes: `conclave run` elects among `conclave candidate`
 //! processes, while the test kills candidates with SIGKILL (the holder when it can), stops them
 //! with SIGTERM, starts new ones with random versions (so older ones pre-empt the leader) and
-//! injects API faults. The split-brain checker (tests/common/checker.rs, shared with the soak)
+//! injects API faults. The split-brain checker (conclave_testkit::checker, shared with the soaks)
 //! then reads every candidate's output: every leadership interval (from a `leading` line's
 //! `observed_monotonic_ns` to its `stopped-leading` line's `monotonic_ns`, or to the SIGKILL; all
 //! `CLOCK_MONOTONIC` readings) must be disjoint from every other, and every term's tasks must

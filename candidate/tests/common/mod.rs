@@ -4,13 +4,14 @@
 //! conclave-testkit, with a namespace, a kubeconfig and a scratch directory) and [`ConclaveRun`]
 //! (the `conclave run` controller process electing in that namespace). Submodules for the
 //! randomized runs with real processes: [`procs`] (candidate and controller processes, API
-//! faults, seeded dice), [`checker`] (the split-brain checker, which reads only their output),
+//! faults, seeded dice), [`checker`] (the split-brain checker, which reads only their output; in conclave-testkit,
+//! shared with the soak on a real node),
 //! [`kubelet`] (a simulated kubelet: Pods for the processes, their deaths reported) and [`soak`]
 //! (the soak of tests/soak.rs and benches/soak.rs). Each test binary uses a part, hence
 //! `dead_code` allowed.
 #![allow(dead_code)]
 
-pub mod checker;
+pub use conclave_testkit::checker;
 pub mod kubelet;
 pub mod procs;
 pub mod soak;

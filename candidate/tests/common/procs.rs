@@ -12,6 +12,7 @@ use super::kubelet::PodEnv;
 use super::{Backend, Server};
 use conclave_emulator::{Failure, Verb};
 use conclave_testkit::StallTarget;
+use conclave_testkit::checker::monotonic_ns;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,15 +59,6 @@ impl Dice {
     pub fn millis(&mut self, from: u64, spread: u64) -> Duration {
         Duration::from_millis(from + self.below(spread))
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `conclave candidate` stamps its transitions
-/// with, read here without the candidate library.
-fn monotonic_ns() -> u64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let seconds = u64::try_from(now.tv_sec).expect("CLOCK_MONOTONIC counts from boot");
-    let nanos = u64::try_from(now.tv_nsec).expect("nanoseconds are below 10^9");
-    seconds * 1_000_000_000 + nanos
 }
 
 /// A child process writing stdout and stderr to one file (appending, so lines from both keep

@@ -15,7 +15,7 @@
 //!
 //! Shared by tests/soak.rs (about 50 events, CI) and benches/soak.rs (`--handoffs 1000`).
 
-use super::checker::{Checker, HandOff, Verdict};
+use super::checker::{Checker, Verdict, gap_summary, longest_gaps, seconds};
 use super::kubelet::{Kubelet, PodSlot};
 use super::procs::{CandidateProcess, ControllerReplica, Dice, Fault, calm};
 use super::{Backend, Server};
@@ -670,29 +670,6 @@ async fn holders(leases: &Api<Lease>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The `p`-quantile (nearest rank) of `values`, sorted.
-fn quantile(sorted: &[Duration], p: f64) -> Option<Duration> {
-    let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
-    sorted.get(rank - 1).copied()
-}
-
-fn seconds(d: Option<Duration>) -> String {
-    d.map_or_else(|| "-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
-}
-
-/// p50 / p99 / max of the gaps of these hand-offs.
-fn gaps<'a>(hand_offs: impl Iterator<Item = &'a HandOff>) -> (usize, String) {
-    let mut gaps: Vec<Duration> = hand_offs.map(|h| h.gap).collect();
-    gaps.sort();
-    let text = format!(
-        "{} / {} (max {})",
-        seconds(quantile(&gaps, 0.5)),
-        seconds(quantile(&gaps, 0.99)),
-        seconds(gaps.last().copied())
-    );
-    (gaps.len(), text)
-}
-
 impl fmt::Display for Report {
     /// The table, in Markdown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -703,8 +680,8 @@ impl fmt::Display for Report {
             .iter()
             .map(|(fault, n)| format!("{} {n}", fault.label()))
             .collect();
-        let (graceful, graceful_gaps) = gaps(v.hand_offs.iter().filter(|h| h.graceful()));
-        let (crashed, crash_gaps) = gaps(v.hand_offs.iter().filter(|h| !h.graceful()));
+        let (graceful, graceful_gaps) = gap_summary(v.hand_offs.iter().filter(|h| h.graceful()));
+        let (crashed, crash_gaps) = gap_summary(v.hand_offs.iter().filter(|h| !h.graceful()));
         let longest = v.hand_offs.iter().map(|h| h.gap).max();
         let minutes = self.elapsed.as_secs_f64() / 60.0;
         let rows = [
@@ -795,25 +772,7 @@ impl fmt::Display for Report {
                 ),
             ),
             ("longest leaderless gap", seconds(longest)),
-            ("the three longest", {
-                let mut sorted: Vec<&HandOff> = v.hand_offs.iter().collect();
-                sorted.sort_by_key(|h| std::cmp::Reverse(h.gap));
-                sorted
-                    .iter()
-                    .take(3)
-                    .map(|h| {
-                        format!(
-                            "{}: {} ({}) -> {} {:.2} s",
-                            h.lease,
-                            h.from,
-                            h.after,
-                            h.to,
-                            h.gap.as_secs_f64()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
+            ("the three longest", longest_gaps(&v.hand_offs, 3)),
             (
                 "hand-off time p50 / p99, graceful",
                 format!("{graceful_gaps}, n = {graceful}"),

@@ -37,6 +37,7 @@
 
 mod binaries;
 mod candidate;
+pub mod checker;
 mod components;
 mod control_plane;
 mod differential;

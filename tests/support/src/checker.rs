@@ -1,8 +1,10 @@
 //! The split-brain checker: reads what the processes wrote, and nothing else.
 //!
 //! It shares no code with the elector (it does not use `conclave-candidate` at all): its input
-//! is the output of each `conclave candidate` process, stdout and stderr in the order written
-//! (see [`super::procs`]), as text. It uses these lines:
+//! is the output of each `conclave candidate` process, stdout and stderr as text (the order of
+//! stdout's lines among themselves is kept; stderr's `work stopped` lines are read apart), from
+//! the processes the candidate soak spawns on the host or from the container logs of the soak on
+//! a real node. It uses these lines:
 //! - `{"event":"leading","term":N,"observed_monotonic_ns":T,…}`: term N's leadership interval
 //!   starts at T, when the process observed itself as holder (before its term began, so the
 //!   interval is, if anything, too long);
@@ -15,7 +17,8 @@
 //!   was reaped: an open interval ends at T.
 //!
 //! Every T is a reading of `CLOCK_MONOTONIC` in nanoseconds, taken by the process itself (by the
-//! harness for `killed`); all processes are on one machine, so the readings are comparable, and
+//! harness for `killed`, with [`monotonic_ns`]); all processes are on one machine (containers
+//! included: they share the host's monotonic clock), so the readings are comparable, and
 //! unlike the wall-clock `at` fields they cannot step. It asserts, per Lease, that no two
 //! intervals overlap, and per term that its tasks stopped before its release: its `work stopped`
 //! reading, then its `stopped-leading` reading with `leaked_tasks` 0, both no later than its
@@ -26,6 +29,16 @@ use std::time::Duration;
 
 /// A reading of `CLOCK_MONOTONIC`, in nanoseconds.
 type Monotonic = u64;
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `conclave candidate` stamps its transitions
+/// with, read here without the candidate library, for the harness's `killed` lines.
+#[must_use]
+pub fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let seconds = u64::try_from(now.tv_sec).unwrap_or_default();
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or_default();
+    seconds * 1_000_000_000 + nanos
+}
 
 /// One term's leadership interval, as its process printed it.
 #[derive(Debug, Clone)]
@@ -302,4 +315,52 @@ fn work_stopped(line: &str) -> Option<(u64, Monotonic)> {
             .and_then(|value| value.parse().ok())
     };
     Some((field("term")?, field("monotonic_ns")?))
+}
+
+/// The `p`-quantile (nearest rank) of `sorted`.
+fn quantile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+/// `d` in seconds with two decimals, or `-` when there is none: how the soak tables print times.
+#[must_use]
+pub fn seconds(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+}
+
+/// How many `hand_offs` there are, and their leaderless gaps as `p50 / p99 (max …)` (nearest
+/// rank), for a soak table.
+pub fn gap_summary<'a>(hand_offs: impl Iterator<Item = &'a HandOff>) -> (usize, String) {
+    let mut gaps: Vec<Duration> = hand_offs.map(|h| h.gap).collect();
+    gaps.sort();
+    let text = format!(
+        "{} / {} (max {})",
+        seconds(quantile(&gaps, 0.5)),
+        seconds(quantile(&gaps, 0.99)),
+        seconds(gaps.last().copied())
+    );
+    (gaps.len(), text)
+}
+
+/// The `n` longest leaderless gaps of `hand_offs`, described (`lease: from (how) -> to gap`).
+#[must_use]
+pub fn longest_gaps(hand_offs: &[HandOff], n: usize) -> String {
+    let mut sorted: Vec<&HandOff> = hand_offs.iter().collect();
+    sorted.sort_by_key(|h| std::cmp::Reverse(h.gap));
+    sorted
+        .iter()
+        .take(n)
+        .map(|h| {
+            format!(
+                "{}: {} ({}) -> {} {:.2} s",
+                h.lease,
+                h.from,
+                h.after,
+                h.to,
+                h.gap.as_secs_f64()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
