@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod image;
+pub mod soak;
 pub mod workloads;
 
 use std::io::Write as _;

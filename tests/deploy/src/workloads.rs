@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use conclave_testkit::{KUBERNETES_VERSION, Node, wait_for};
+use conclave_testkit::{ControlPlane, KUBERNETES_VERSION, Node, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -13,7 +13,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::image::Image;
-use crate::{Error, repo_root};
+use crate::{Error, FULL_NAME, RELEASE_NAMESPACE, chart_path, repo_root, run};
 
 /// The namespace of `deploy/examples/component.yaml`.
 pub const COMPONENT_NAMESPACE: &str = "conclave-demo";
@@ -119,6 +119,41 @@ pub fn one_node_chart_flags(image: &str) -> Result<Vec<String>, Error> {
     .into_iter()
     .flat_map(|value| ["--set".to_owned(), value])
     .collect())
+}
+
+/// `helm install` of the chart on the one-node cluster of `plane` (release [`FULL_NAME`] in
+/// [`RELEASE_NAMESPACE`]), running `image` with [`one_node_chart_flags`], then `values` (helm's
+/// `--set`/`--set-string` arguments as given).
+pub fn install_chart_on_one_node(
+    helm: &Path,
+    plane: &ControlPlane,
+    image: &str,
+    values: &[&str],
+) -> Result<(), Error> {
+    let kubeconfig = plane.kubeconfig_path().to_string_lossy().into_owned();
+    let chart = chart_path().to_string_lossy().into_owned();
+    let on_one_node = one_node_chart_flags(image)?;
+    let mut install: Vec<&str> = vec![
+        "install",
+        FULL_NAME,
+        &chart,
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+    ];
+    install.extend(on_one_node.iter().map(String::as_str));
+    install.extend(values);
+    let out = run(helm, &install, None)?;
+    if out.success() {
+        Ok(())
+    } else {
+        Err(Error::Unexpected(format!(
+            "{} failed: {}",
+            out.command, out.stderr
+        )))
+    }
 }
 
 /// `deploy/examples/component.yaml` with `image` (imported into the node, never pulled).

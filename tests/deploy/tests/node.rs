@@ -17,10 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use conclave_deploy_tests::image::{NONROOT, locate_image};
+use conclave_deploy_tests::soak;
 use conclave_deploy_tests::workloads::{
     self, COMPONENT, COMPONENT_NAMESPACE, ElectionLook, SCHEDULER, SCHEDULER_LEASE,
     SCHEDULER_NAMESPACE, SCHEDULER_PROFILE, component_manifest, is_identity_of, load_image,
-    one_node_chart_flags, rolled_out, scheduler_manifest,
+    rolled_out, scheduler_manifest,
 };
 use conclave_deploy_tests::{
     FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
@@ -679,28 +680,9 @@ fn base64_and_sha256(file: &Path) -> (String, String) {
     (base64.stdout.trim().to_owned(), digest.to_owned())
 }
 
-/// `helm install` of the chart on the one-node cluster of `plane` (release [`FULL_NAME`] in
-/// [`RELEASE_NAMESPACE`]), running `image` with [`one_node_chart_flags`], then `values` (helm's
-/// `--set`/`--set-string` arguments as given).
+/// [`workloads::install_chart_on_one_node`], which must succeed.
 fn helm_install_on_one_node(helm: &Path, plane: &ControlPlane, image: &str, values: &[&str]) {
-    let kubeconfig = plane.kubeconfig_path().to_string_lossy().into_owned();
-    let chart = chart_path().to_string_lossy().into_owned();
-    let on_one_node = one_node_chart_flags(image).expect("the chart's flags");
-    let mut install: Vec<&str> = vec![
-        "install",
-        FULL_NAME,
-        &chart,
-        "--kubeconfig",
-        &kubeconfig,
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-    ];
-    install.extend(on_one_node.iter().map(String::as_str));
-    install.extend(values);
-    run(helm, &install, None)
-        .expect("running helm install")
-        .assert_success();
+    workloads::install_chart_on_one_node(helm, plane, image, values).expect("helm install");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1879,4 +1861,74 @@ async fn a_strategy_plugin_pushed_to_a_registry_loads_live_and_elects_on_a_real_
         restarts_before,
         "no replica restarted or was replaced"
     );
+}
+
+/// The soak of `benches/node_soak.rs`, short: candidate Pods on two Leases under the kubelet,
+/// containers SIGKILLed through containerd and restarted by the kubelet, Pods deleted, better
+/// candidates started and the active controller's container killed, until 20 hand-offs were
+/// seen; the checker then reads every process's log and finds no two leaders at once on the
+/// monotonic clock, no task outliving its term, every term ended, and no candidate exiting
+/// unasked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_short_soak_of_kills_and_hand_offs_on_a_real_node_never_has_two_leaders() {
+    let _turn = NODE_TESTS.lock().await;
+    let Some(image) = locate_image().expect("locating the image") else {
+        return;
+    };
+    let Some(helm) = locate_helm().expect("locating helm") else {
+        return;
+    };
+    let Some(plane) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    let Some(node) = Node::start(&plane).await.expect("node") else {
+        return;
+    };
+    let _builtin = plane
+        .hold_builtin_controller_lease()
+        .await
+        .expect("holding the built-in controller passive");
+    load_image(&image, &node, &image.reference).expect("loading the image into the node");
+    helm_install_on_one_node(&helm, &plane, &image.reference, &[]);
+    let client = plane.client().await.expect("client");
+    wait_deployment_ready(&client).await;
+
+    let seed = std::env::var("CONCLAVE_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos() as u64
+        });
+    let config = soak::NodeSoakConfig {
+        leases: 2,
+        candidates: 3,
+        hand_offs: 20,
+        max: Duration::from_secs(600),
+        seed,
+        output_dir: repo_root().join("target/node-soak").join(seed.to_string()),
+    };
+    let report = soak::run(&client, &node, &image.reference, config)
+        .await
+        .expect("the soak ran");
+    println!("{report}");
+    assert!(
+        report.clean(),
+        "seed {seed} (outputs in target/node-soak/{seed}): overlaps {:?}; leaked {:?}; \
+         errors {:?}; exits unasked {:?}; HolderDead for a live process {:?}",
+        report.verdict.overlaps,
+        report.verdict.leaked,
+        report.verdict.errors,
+        report.unexpected_exits,
+        report.wrongly_dead
+    );
+    assert!(
+        report.verdict.hand_offs.len() >= 20,
+        "seed {seed}: the checker read {} hand-offs, the driver saw 20",
+        report.verdict.hand_offs.len()
+    );
+    let kills = report.leader_kills + report.follower_kills;
+    assert!(kills > 0, "seed {seed}: no container was killed");
 }

@@ -1,0 +1,904 @@
+//! The split-brain soak on a real node: `conclave candidate` processes in Pods the kubelet runs,
+//! elected by the chart's controller (pod liveness on), while the driver kills containers through
+//! containerd, deletes Pods (SIGTERM: the leader hands over), starts better candidates (the
+//! controller pre-empts the leader) and kills the active controller's container. The kubelet
+//! restarts each killed container: its process rejoins under a new identity, with the same
+//! versions, and often pre-empts its successor.
+//!
+//! Verdict: [`conclave_testkit::checker`] reads what every process wrote, taken from the container
+//! logs the kubelet keeps under `/var/log/pods` (each file held open while its container lives,
+//! so a Pod's logs deleted with it are still read to the end), plus a `killed` line the driver
+//! stamps on the monotonic clock once a killed container's process is gone. Containers share the
+//! host's `CLOCK_MONOTONIC`, so the processes' own readings compare with each other and with the
+//! driver's.
+//!
+//! Each Pod is retired (deleted, a fresh one started) once its container has restarted twice, so
+//! the kubelet's restart back-off (10 s, doubling) stays short; a Pod that restarted more often
+//! than it was killed counts as a candidate that exited unasked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs::File;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use conclave_testkit::Node;
+use conclave_testkit::checker::{
+    Checker, Verdict, gap_summary, longest_gaps, monotonic_ns, seconds,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::workloads::{is_identity_of, look_at_election};
+use crate::{Error, HA_LEASE, RELEASE_NAMESPACE};
+
+/// The namespace the soak's Pods, Leases and LeaseCandidates live in.
+pub const SOAK_NAMESPACE: &str = "conclave-soak";
+/// The label on every soak Pod (value: its Lease).
+const LEASE_LABEL: &str = "conclave.dev/soak-lease";
+/// The container's name, as `CONTAINER_NAME` tells the candidate (pod liveness reads it).
+const CONTAINER: &str = "component";
+/// Where the kubelet writes container logs (`podLogsDir`'s default).
+const POD_LOGS: &str = "/var/log/pods";
+/// A Pod is retired once its container has restarted this often.
+const RETIRE_AFTER_RESTARTS: i32 = 2;
+/// Emulation minors of fresh candidates (a pre-emption goes below the leader's, down to
+/// [`LOWEST_MINOR`]).
+const FRESH_MINORS: std::ops::Range<u64> = 30..40;
+const LOWEST_MINOR: u64 = 10;
+/// How long the end of the run waits for the Pods to go, and a kill for its process to go.
+const GONE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The shape of a run.
+#[derive(Clone, Debug)]
+pub struct NodeSoakConfig {
+    /// Leases elected at once.
+    pub leases: usize,
+    /// Candidate Pods per Lease (one more while a pre-emption's old follower goes).
+    pub candidates: usize,
+    /// The run stops once this many changes of holder were seen on the Leases...
+    pub hand_offs: usize,
+    /// ...or after this long.
+    pub max: Duration,
+    /// The dice's seed.
+    pub seed: u64,
+    /// Where each process's output goes, as the checker read it (`<pod>#<restart>.out`, with the
+    /// driver's `killed` line): what to read when the verdict is not clean.
+    pub output_dir: PathBuf,
+}
+
+/// What the driver did, and what the checker found.
+#[derive(Debug)]
+pub struct NodeSoakReport {
+    /// The run's shape.
+    pub config: NodeSoakConfig,
+    /// How long the events ran (the graceful end not included).
+    pub elapsed: Duration,
+    /// Containers of a leader SIGKILLed through containerd.
+    pub leader_kills: usize,
+    /// Containers of a follower SIGKILLed.
+    pub follower_kills: usize,
+    /// Leader Pods deleted (SIGTERM: the leader drains and releases).
+    pub leader_deletions: usize,
+    /// Pods retired after two restarts (deleted, a fresh one started).
+    pub retired: usize,
+    /// Better candidates started (the controller pre-empts the leader for them).
+    pub preemptions: usize,
+    /// The active controller replica's container SIGKILLed.
+    pub controller_kills: usize,
+    /// Controller Pods deleted after two restarts (the Deployment starts a fresh one).
+    pub controller_deletions: usize,
+    /// Container instances read (processes).
+    pub processes: usize,
+    /// Candidates that restarted more often than they were killed (died on their own).
+    pub unexpected_exits: Vec<String>,
+    /// `HolderDead` Events the controller published (pod liveness failing over at once).
+    pub holder_dead_events: usize,
+    /// `HolderDead` Events naming a process that was never killed (must stay empty).
+    pub wrongly_dead: Vec<String>,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+}
+
+impl NodeSoakReport {
+    /// Whether the run is clean: the checker's verdict and no candidate exiting unasked.
+    pub fn clean(&self) -> bool {
+        self.verdict.clean() && self.unexpected_exits.is_empty() && self.wrongly_dead.is_empty()
+    }
+}
+
+/// One candidate Pod the driver started.
+#[derive(Clone, Debug)]
+struct Slot {
+    minor: u64,
+    /// Its container's kills by the driver.
+    kills: i32,
+}
+
+/// Seeded dice (SplitMix64): a run replays from its seed.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+/// One container instance's log (`<pod uid>/<restart>.log`), as read so far.
+#[derive(Default)]
+struct LogFile {
+    pod: String,
+    file: Option<File>,
+    text: Vec<u8>,
+}
+
+/// Follows the soak Pods' container logs: opens each file as it appears and keeps reading it
+/// through the open descriptor, so what a process wrote before its Pod (and log) was removed
+/// is kept.
+struct Collector {
+    logs: Arc<Mutex<BTreeMap<PathBuf, LogFile>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    fn start() -> Self {
+        let logs: Arc<Mutex<BTreeMap<PathBuf, LogFile>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (logs, stop) = (logs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    collect(&logs);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                collect(&logs);
+            })
+        };
+        Self {
+            logs,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops following and returns every log read: (Pod name, Pod uid, restart) -> bytes.
+    fn finish(mut self) -> BTreeMap<(String, String, u32), Vec<u8>> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let logs = std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()));
+        logs.into_iter()
+            .filter_map(|(path, log)| {
+                let restart = path.file_stem()?.to_str()?.parse().ok()?;
+                let uid = path.parent()?.parent()?.file_name()?.to_str()?;
+                let uid = uid.rsplit('_').next()?.to_owned();
+                Some(((log.pod, uid, restart), log.text))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One pass: opens new log files of the soak's Pods, reads what each open one gained.
+fn collect(logs: &Mutex<BTreeMap<PathBuf, LogFile>>) {
+    let mut logs = logs.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("{SOAK_NAMESPACE}_");
+    for dir in std::fs::read_dir(POD_LOGS).into_iter().flatten().flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        // `<namespace>_<pod>_<uid>`
+        let Some(pod) = name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.rsplit_once('_'))
+            .map(|(pod, _)| pod.to_owned())
+        else {
+            continue;
+        };
+        let container = dir.path().join(CONTAINER);
+        for file in std::fs::read_dir(&container)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = file.path();
+            if path.extension().is_none_or(|e| e != "log") || logs.contains_key(&path) {
+                continue;
+            }
+            logs.insert(
+                path.clone(),
+                LogFile {
+                    pod: pod.clone(),
+                    file: File::open(&path).ok(),
+                    text: Vec::new(),
+                },
+            );
+        }
+    }
+    for log in logs.values_mut() {
+        if let Some(file) = &mut log.file {
+            let _ = file.read_to_end(&mut log.text);
+        }
+    }
+}
+
+/// The lines a process wrote, from a CRI log (`<time> <stream> <P|F> <text>`; `P` is a part of a
+/// longer line, joined per stream until its `F`).
+fn cri_lines(log: &[u8]) -> String {
+    let mut out = String::new();
+    let mut partial: BTreeMap<String, String> = BTreeMap::new();
+    for line in String::from_utf8_lossy(log).lines() {
+        let mut fields = line.splitn(4, ' ');
+        let (Some(_), Some(stream), Some(tag), text) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let text = text.unwrap_or_default();
+        let pending = partial.entry(stream.to_owned()).or_default();
+        pending.push_str(text);
+        if tag == "F" {
+            out.push_str(pending);
+            out.push('\n');
+            pending.clear();
+        }
+    }
+    out
+}
+
+/// The soak Pod `name` of Lease `lease` running `image` with emulation version `1.<minor>.0`:
+/// `deploy/examples/component.yaml`'s container, its defaults (15 s Lease, 10 s renew deadline,
+/// 2 s retry period) included.
+fn pod_manifest(name: &str, lease: &str, minor: u64, image: &str) -> Result<Pod, Error> {
+    let field = |path: &str| json!({"valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let mut env = vec![
+        json!({"name": "CONTAINER_NAME", "value": CONTAINER}),
+        json!({"name": "CONCLAVE_CANDIDATE_LEASE", "value": lease}),
+        json!({"name": "CONCLAVE_CANDIDATE_BINARY_VERSION", "value": "1.40.0"}),
+        json!({"name": "CONCLAVE_CANDIDATE_EMULATION_VERSION", "value": format!("1.{minor}.0")}),
+    ];
+    for (name, path) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_UID", "metadata.uid"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("CONCLAVE_CANDIDATE_NAMESPACE", "metadata.namespace"),
+    ] {
+        let mut var = field(path);
+        var["name"] = json!(name);
+        env.push(var);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": SOAK_NAMESPACE, "labels": {LEASE_LABEL: lease}},
+        "spec": {
+            "serviceAccountName": "soak-candidate",
+            "terminationGracePeriodSeconds": 30,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            },
+            "containers": [{
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "Never",
+                "args": ["candidate"],
+                "env": env,
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]}
+                },
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+            }]
+        }
+    }))
+    .map_err(|e| Error::Unexpected(format!("the soak Pod manifest: {e}")))
+}
+
+/// The namespace, ServiceAccount and RBAC of the soak's candidates (what
+/// `deploy/examples/component.yaml` grants its component).
+async fn prepare_namespace(client: &Client) -> Result<(), Error> {
+    let create = |result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other,
+    };
+    let params = PostParams::default();
+    let namespace: Namespace = from_json(json!({"metadata": {"name": SOAK_NAMESPACE}}))?;
+    create(
+        Api::<Namespace>::all(client.clone())
+            .create(&params, &namespace)
+            .await
+            .map(drop),
+    )?;
+    let account: ServiceAccount = from_json(json!({"metadata": {"name": "soak-candidate"}}))?;
+    let role: Role = from_json(json!({
+        "metadata": {"name": "soak-candidate"},
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leasecandidates"],
+             "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "verbs": ["get", "list", "watch", "create", "update"]}
+        ]
+    }))?;
+    let binding: RoleBinding = from_json(json!({
+        "metadata": {"name": "soak-candidate"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "soak-candidate"},
+        "subjects": [{"kind": "ServiceAccount", "name": "soak-candidate", "namespace": SOAK_NAMESPACE}]
+    }))?;
+    create(
+        Api::<ServiceAccount>::namespaced(client.clone(), SOAK_NAMESPACE)
+            .create(&params, &account)
+            .await
+            .map(drop),
+    )?;
+    create(
+        Api::<Role>::namespaced(client.clone(), SOAK_NAMESPACE)
+            .create(&params, &role)
+            .await
+            .map(drop),
+    )?;
+    create(
+        Api::<RoleBinding>::namespaced(client.clone(), SOAK_NAMESPACE)
+            .create(&params, &binding)
+            .await
+            .map(drop),
+    )?;
+    Ok(())
+}
+
+fn from_json<T: k8s_openapi::serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, Error> {
+    serde_json::from_value(value).map_err(|e| Error::Unexpected(format!("a soak object: {e}")))
+}
+
+/// The running container of `pod`: its id and restart count, when it runs and is Ready.
+fn running_container(pod: &Pod) -> Option<(String, i32)> {
+    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    let id = status.container_id.clone()?;
+    (status.ready && status.state.as_ref()?.running.is_some()).then_some((id, status.restart_count))
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| {
+            s.container_statuses
+                .as_ref()?
+                .first()
+                .map(|c| c.restart_count)
+        })
+        .unwrap_or(0)
+}
+
+/// Whether process `pid` is gone (or a zombie: it has exited, its shim not yet reaped it).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// The soak's state while it runs.
+struct Soak<'a> {
+    client: &'a Client,
+    node: &'a Node,
+    image: &'a str,
+    config: NodeSoakConfig,
+    dice: Dice,
+    pods: Api<Pod>,
+    slots: BTreeMap<String, Slot>,
+    /// Every Pod started, by uid (logs of other Pods, an earlier run's ones of the same name
+    /// too, are not read), with its Lease.
+    created: BTreeMap<String, usize>,
+    serial: usize,
+    /// When the driver saw each killed instance's process gone: (Pod uid, restart) -> reading.
+    kills: BTreeMap<(String, u32), u64>,
+    /// The last holder seen on each Lease, and the changes seen.
+    last_holders: BTreeMap<usize, String>,
+    holder_changes: usize,
+    report: NodeSoakReport,
+}
+
+fn lease_name(lease: usize) -> String {
+    format!("soak-{lease}")
+}
+
+impl Soak<'_> {
+    async fn start_pod(&mut self, lease: usize, minor: u64) -> Result<(), Error> {
+        self.serial += 1;
+        let name = format!("soak-{lease}-{}", self.serial);
+        let pod = pod_manifest(&name, &lease_name(lease), minor, self.image)?;
+        let created = self.pods.create(&PostParams::default(), &pod).await?;
+        let uid = created.metadata.uid.unwrap_or_default();
+        self.created.insert(uid, lease);
+        self.slots.insert(name.clone(), Slot { minor, kills: 0 });
+        Ok(())
+    }
+
+    async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
+        self.slots.remove(name);
+        match self.pods.delete(name, &DeleteParams::default()).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(drop).map_err(Error::from),
+        }
+    }
+
+    /// SIGKILLs `pod`'s container through containerd and records when its process was gone.
+    fn kill(&mut self, pod: &Pod) -> Result<bool, Error> {
+        let Some((container, restart)) = running_container(pod) else {
+            return Ok(false);
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // The status read may be a moment old: a container that is no longer running is not
+        // killed.
+        let Ok(pid) = self.node.container_pid(&container) else {
+            return Ok(false);
+        };
+        self.node.kill_container(&container)?;
+        let deadline = Instant::now() + GONE_TIMEOUT;
+        while !process_gone(pid) {
+            if Instant::now() > deadline {
+                return Err(Error::Unexpected(format!(
+                    "pid {pid} of {container} still runs after SIGKILL"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.kills
+            .insert((uid, u32::try_from(restart).unwrap_or(0)), monotonic_ns());
+        if let Some(slot) = pod
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| self.slots.get_mut(n))
+        {
+            slot.kills += 1;
+        }
+        Ok(true)
+    }
+
+    /// One event on Lease `lease`, if its election has settled: every Pod Ready and a candidate,
+    /// a holder and no hand-off asked for.
+    async fn event(&mut self, lease: usize) -> Result<(), Error> {
+        let name = lease_name(lease);
+        let look = look_at_election(self.client, SOAK_NAMESPACE, &name).await?;
+        if let Some(holder) = &look.holder {
+            if self
+                .last_holders
+                .insert(lease, holder.clone())
+                .is_some_and(|last| &last != holder)
+            {
+                self.holder_changes += 1;
+            }
+        }
+        let listed = self
+            .pods
+            .list(&ListParams::default().labels(&format!("{LEASE_LABEL}={name}")))
+            .await?
+            .items;
+        let live: Vec<&Pod> = listed
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        self.notice_unexpected_exits(&live);
+        // A Pod that restarted twice is retired once it runs again: its next restart would wait
+        // 20 s or more.
+        if let Some(worn) = live
+            .iter()
+            .find(|p| restarts(p) >= RETIRE_AFTER_RESTARTS && running_container(p).is_some())
+        {
+            let worn = worn.metadata.name.clone().unwrap_or_default();
+            self.delete_pod(&worn).await?;
+            let minor = FRESH_MINORS.start + self.dice.below(FRESH_MINORS.end - FRESH_MINORS.start);
+            self.start_pod(lease, minor).await?;
+            self.report.retired += 1;
+            return Ok(());
+        }
+        let Some(holder) = look.holder.clone() else {
+            return Ok(());
+        };
+        let pod_of = |identity: &str| {
+            live.iter()
+                .find(|p| is_identity_of(identity, p.metadata.name.as_deref().unwrap_or("-")))
+                .copied()
+        };
+        let every_pod_a_candidate = live.iter().all(|p| {
+            let pod = p.metadata.name.as_deref().unwrap_or("-");
+            running_container(p).is_some()
+                && look.candidates.iter().any(|(c, _)| is_identity_of(c, pod))
+        });
+        let Some(leader) = pod_of(&holder) else {
+            return Ok(());
+        };
+        // The holder may be the Pod's previous process, killed, whose Lease has not yet passed
+        // on: only a renewal after the running container started shows the holder alive.
+        let started = leader.status.as_ref().and_then(|s| {
+            s.container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .running
+                .as_ref()?
+                .started_at
+                .clone()
+        });
+        let renewed_since = match (started, look.renewed) {
+            (Some(started), Some((renewed, _))) => {
+                renewed > started.0 + jiff::SignedDuration::from_secs(1)
+            }
+            _ => false,
+        };
+        if !renewed_since {
+            return Ok(());
+        }
+        if look.preferred.is_some() || !every_pod_a_candidate || live.len() < self.config.candidates
+        {
+            return Ok(());
+        }
+        let leader_name = leader.metadata.name.clone().unwrap_or_default();
+        let followers: Vec<&Pod> = live
+            .iter()
+            .filter(|p| p.metadata.name.as_deref() != Some(&leader_name))
+            .copied()
+            .collect();
+        let leader_minor = self.slots.get(&leader_name).map_or(0, |s| s.minor);
+        match self.dice.below(100) {
+            0..35 => {
+                let leader = leader.clone();
+                if self.kill(&leader)? {
+                    self.report.leader_kills += 1;
+                }
+            }
+            35..45 if !followers.is_empty() => {
+                let follower = followers[self.dice.below(followers.len() as u64) as usize].clone();
+                if self.kill(&follower)? {
+                    self.report.follower_kills += 1;
+                }
+            }
+            45..65 => {
+                self.delete_pod(&leader_name).await?;
+                let minor =
+                    FRESH_MINORS.start + self.dice.below(FRESH_MINORS.end - FRESH_MINORS.start);
+                self.start_pod(lease, minor).await?;
+                self.report.leader_deletions += 1;
+            }
+            65..92 if leader_minor > LOWEST_MINOR && !followers.is_empty() => {
+                let follower = followers[self.dice.below(followers.len() as u64) as usize]
+                    .metadata
+                    .name
+                    .clone()
+                    .unwrap_or_default();
+                self.start_pod(lease, leader_minor - 1).await?;
+                self.delete_pod(&follower).await?;
+                self.report.preemptions += 1;
+            }
+            _ => self.controller_event().await?,
+        }
+        Ok(())
+    }
+
+    /// Kills the active controller replica's container, when both replicas run; deletes a
+    /// replica's Pod instead once it has restarted twice.
+    async fn controller_event(&mut self) -> Result<(), Error> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), RELEASE_NAMESPACE);
+        let replicas: Vec<Pod> = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=conclave"))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if replicas.len() < 2 || replicas.iter().any(|p| running_container(p).is_none()) {
+            return Ok(());
+        }
+        if let Some(worn) = replicas
+            .iter()
+            .find(|p| restarts(p) >= RETIRE_AFTER_RESTARTS)
+        {
+            let name = worn.metadata.name.clone().unwrap_or_default();
+            pods.delete(&name, &DeleteParams::default()).await?;
+            self.report.controller_deletions += 1;
+            return Ok(());
+        }
+        let active = look_at_election(self.client, RELEASE_NAMESPACE, HA_LEASE)
+            .await?
+            .holder;
+        let Some(active) = active.and_then(|holder| {
+            replicas
+                .iter()
+                .find(|p| is_identity_of(&holder, p.metadata.name.as_deref().unwrap_or("-")))
+        }) else {
+            return Ok(());
+        };
+        if let Some((container, _)) = running_container(active) {
+            self.node.kill_container(&container)?;
+            self.report.controller_kills += 1;
+        }
+        Ok(())
+    }
+
+    /// Notes each of `pods` that restarted more often than the driver killed it: its process
+    /// died on its own.
+    fn notice_unexpected_exits(&mut self, pods: &[&Pod]) {
+        for pod in pods {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if let Some(slot) = self.slots.get(&name)
+                && restarts(pod) > slot.kills
+            {
+                let note = format!("{name}: {} restarts, {} kills", restarts(pod), slot.kills);
+                if !self.report.unexpected_exits.contains(&note) {
+                    self.report.unexpected_exits.push(note);
+                }
+            }
+        }
+    }
+
+    /// Deletes every soak Pod (SIGTERM: each leader hands over or releases) and waits until
+    /// they are gone.
+    async fn finish(&mut self) -> Result<(), Error> {
+        let listed = self.pods.list(&ListParams::default()).await?.items;
+        self.notice_unexpected_exits(&listed.iter().collect::<Vec<_>>());
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            self.delete_pod(&name).await?;
+        }
+        let deadline = Instant::now() + GONE_TIMEOUT;
+        while !self
+            .pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+        {
+            if Instant::now() > deadline {
+                return Err(Error::Unexpected("the soak's Pods did not go".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the soak in [`SOAK_NAMESPACE`] on `node`, with candidates from `image` (imported into the
+/// node), against the controller already running in the cluster (the chart); returns what it did
+/// and the checker's verdict. Needs root: it reads `/var/log/pods` and kills through containerd.
+pub async fn run(
+    client: &Client,
+    node: &Node,
+    image: &str,
+    config: NodeSoakConfig,
+) -> Result<NodeSoakReport, Error> {
+    std::fs::create_dir_all(&config.output_dir).map_err(|source| Error::Io {
+        context: format!("creating {}", config.output_dir.display()),
+        source,
+    })?;
+    prepare_namespace(client).await?;
+    let collector = Collector::start();
+    let mut soak = Soak {
+        client,
+        node,
+        image,
+        dice: Dice(config.seed),
+        pods: Api::namespaced(client.clone(), SOAK_NAMESPACE),
+        slots: BTreeMap::new(),
+        created: BTreeMap::new(),
+        serial: 0,
+        kills: BTreeMap::new(),
+        last_holders: BTreeMap::new(),
+        holder_changes: 0,
+        report: NodeSoakReport {
+            config: config.clone(),
+            elapsed: Duration::ZERO,
+            leader_kills: 0,
+            follower_kills: 0,
+            leader_deletions: 0,
+            retired: 0,
+            preemptions: 0,
+            controller_kills: 0,
+            controller_deletions: 0,
+            processes: 0,
+            unexpected_exits: Vec::new(),
+            holder_dead_events: 0,
+            wrongly_dead: Vec::new(),
+            verdict: Verdict::default(),
+        },
+        config,
+    };
+    for lease in 0..soak.config.leases {
+        for _ in 0..soak.config.candidates {
+            let minor = FRESH_MINORS.start + soak.dice.below(FRESH_MINORS.end - FRESH_MINORS.start);
+            soak.start_pod(lease, minor).await?;
+        }
+    }
+    let started = Instant::now();
+    while soak.holder_changes < soak.config.hand_offs && started.elapsed() < soak.config.max {
+        let lease = soak.dice.below(soak.config.leases as u64) as usize;
+        let before = soak.holder_changes;
+        soak.event(lease).await?;
+        if soak.holder_changes % 50 == 0 && soak.holder_changes != before {
+            eprintln!(
+                "node soak: {} hand-offs seen in {:.0} s",
+                soak.holder_changes,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(150 + soak.dice.below(350))).await;
+    }
+    soak.report.elapsed = started.elapsed();
+    soak.finish().await?;
+    // The last lines of the deleted Pods' processes reach their logs within the poll interval.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let logs = collector.finish();
+    let mut checker = Checker::default();
+    let mut killed = BTreeSet::new();
+    for ((pod, uid, restart), text) in &logs {
+        let Some(lease) = soak.created.get(uid) else {
+            continue;
+        };
+        let mut output = cri_lines(text);
+        if let Some(at) = soak.kills.get(&(uid.clone(), *restart)) {
+            output.push_str(&format!("{{\"event\":\"killed\",\"monotonic_ns\":{at}}}\n"));
+            killed.extend(elected_as(&output));
+        }
+        let identity = format!("{pod}#{restart}");
+        let file = soak.config.output_dir.join(format!("{identity}.out"));
+        std::fs::write(&file, &output).map_err(|source| Error::Io {
+            context: format!("writing {}", file.display()),
+            source,
+        })?;
+        checker.add(&lease_name(*lease), &identity, &output);
+        soak.report.processes += 1;
+    }
+    soak.report.verdict = checker.verdict();
+    let events: Api<Event> = Api::namespaced(client.clone(), SOAK_NAMESPACE);
+    for event in events.list(&ListParams::default()).await?.items {
+        if event.reason.as_deref() != Some("HolderDead") {
+            continue;
+        }
+        soak.report.holder_dead_events += 1;
+        let note = event.note.unwrap_or_default();
+        let holder = note.split(" is dead").next().unwrap_or_default();
+        if !killed.contains(holder) {
+            soak.report.wrongly_dead.push(note);
+        }
+    }
+    Ok(soak.report)
+}
+
+/// The identity a process took part in the election as (its `taking part in the election
+/// identity=…` log line).
+fn elected_as(output: &str) -> Option<String> {
+    output
+        .lines()
+        .find(|line| line.contains("taking part in the election"))?
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("identity="))
+        .map(str::to_owned)
+}
+
+impl fmt::Display for NodeSoakReport {
+    /// The table, in Markdown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = &self.verdict;
+        let by = |after: &str| v.hand_offs.iter().filter(|h| h.after == after).count();
+        let (graceful, graceful_gaps) = gap_summary(v.hand_offs.iter().filter(|h| h.graceful()));
+        let (crashed, crash_gaps) = gap_summary(v.hand_offs.iter().filter(|h| !h.graceful()));
+        let minutes = self.elapsed.as_secs_f64() / 60.0;
+        let rows = [
+            ("server", "kube-apiserver + a real node (kubelet, containerd), the chart's controller, pod liveness on".to_owned()),
+            ("seed", self.config.seed.to_string()),
+            (
+                "Leases x candidate Pods",
+                format!("{} x {}", self.config.leases, self.config.candidates),
+            ),
+            (
+                "duration",
+                format!("{:.0} s, {} processes", self.elapsed.as_secs_f64(), self.processes),
+            ),
+            (
+                "hand-offs",
+                format!(
+                    "{} ({:.0}/min; after pre-emption {}, SIGTERM {}, SIGKILL {}, lost Lease {}; \
+                     same process again {})",
+                    v.hand_offs.len(),
+                    v.hand_offs.len() as f64 / minutes.max(f64::EPSILON),
+                    by("preempted"),
+                    by("shutdown"),
+                    by("killed"),
+                    by("lease-lost"),
+                    v.hand_offs.iter().filter(|h| h.same_identity).count()
+                ),
+            ),
+            ("terms", format!("{} (ends {:?})", v.terms, v.ends)),
+            (
+                "container kills (SIGKILL through containerd)",
+                format!(
+                    "{} of the leader, {} of a follower",
+                    self.leader_kills, self.follower_kills
+                ),
+            ),
+            (
+                "Pods deleted (SIGTERM)",
+                format!(
+                    "{} leaders, {} retired after two restarts",
+                    self.leader_deletions, self.retired
+                ),
+            ),
+            ("better candidates started (pre-emption)", self.preemptions.to_string()),
+            (
+                "controller",
+                format!(
+                    "{} kills of the active replica's container, {} Pods retired",
+                    self.controller_kills, self.controller_deletions
+                ),
+            ),
+            ("overlaps", v.overlaps.len().to_string()),
+            ("leaked tasks", v.leaked.len().to_string()),
+            ("unended terms, unreadable lines", v.errors.len().to_string()),
+            ("exits unasked", self.unexpected_exits.len().to_string()),
+            (
+                "HolderDead Events (pod liveness)",
+                format!(
+                    "{}, {} naming a live process",
+                    self.holder_dead_events,
+                    self.wrongly_dead.len()
+                ),
+            ),
+            ("longest leaderless gap", seconds(v.hand_offs.iter().map(|h| h.gap).max())),
+            ("the three longest", longest_gaps(&v.hand_offs, 3)),
+            (
+                "hand-off time p50 / p99, graceful",
+                format!("{graceful_gaps}, n = {graceful}"),
+            ),
+            (
+                "hand-off time p50 / p99, after a crash or lost Lease",
+                format!("{crash_gaps}, n = {crashed}"),
+            ),
+        ];
+        writeln!(f, "| | |")?;
+        writeln!(f, "|---|---|")?;
+        for (name, value) in rows {
+            writeln!(f, "| {name} | {value} |")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cri_lines;
+
+    #[test]
+    fn cri_lines_join_partial_lines_per_stream_and_keep_the_order() {
+        let log = b"2026-12-05T12:00:00.1Z stdout P {\"event\":\n\
+2026-12-05T12:00:00.2Z stderr F work stopped term=1\n\
+2026-12-05T12:00:00.3Z stdout F \"leading\"}\n\
+2026-12-05T12:00:00.4Z stdout F \n";
+        assert_eq!(
+            cri_lines(log),
+            "work stopped term=1\n{\"event\":\"leading\"}\n\n"
+        );
+    }
+}
