@@ -106,6 +106,9 @@ pub fn candidate_expires_at(candidate: &CandidateView, expiry: Duration) -> Opti
 /// A failover makes a Lease leaderless for a moment; one that stays so means no candidate takes
 /// it: they are all dead, or the strategy fails, elects nobody, or is unknown
 /// (`conclave_leases_without_holder`, alert `ConclaveLeaseWithoutHolder`).
+///
+/// Its first half, [`without_leader`], needs no candidates: a caller counting many Leases asks it
+/// first and gathers the candidates only of the Leases without a leader.
 #[must_use]
 pub fn leaderless(
     lease: Option<&LeaseRecord>,
@@ -113,10 +116,17 @@ pub fn leaderless(
     now: Timestamp,
     expiry: Duration,
 ) -> bool {
-    lease.is_none_or(|lease| lease.is_free(now))
+    without_leader(lease, now)
         && candidates
             .iter()
             .any(|c| !candidate_expired(c, now, expiry))
+}
+
+/// Whether a Lease has no leader at `now`: it is missing, has no holder or has expired
+/// ([`LeaseRecord::is_free`]). [`leaderless`] adds that candidates are waiting.
+#[must_use]
+pub fn without_leader(lease: Option<&LeaseRecord>, now: Timestamp) -> bool {
+    lease.is_none_or(|lease| lease.is_free(now))
 }
 
 /// The candidates an election may consider: all but the unresponsive ones, except the holder of
@@ -704,7 +714,12 @@ mod tests {
                 false,
             ),
             ("missing, no candidates", None, vec![], false),
-            ("released, no candidates", Some(released), vec![], false),
+            (
+                "released, no candidates",
+                Some(released.clone()),
+                vec![],
+                false,
+            ),
         ];
         for (what, lease, candidates, expected) in table {
             assert_eq!(
@@ -712,7 +727,14 @@ mod tests {
                 expected,
                 "{what}"
             );
+            if expected {
+                assert!(without_leader(lease.as_ref(), now), "{what}");
+            }
         }
+        assert!(!without_leader(Some(&held(9_998)), now), "held and renewed");
+        assert!(without_leader(Some(&held(9_990)), now), "expired");
+        assert!(without_leader(Some(&released), now), "released");
+        assert!(without_leader(None, now), "missing");
     }
 
     #[test]

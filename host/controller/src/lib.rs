@@ -46,7 +46,7 @@ pub use key::{CandidateKey, LeaseKey};
 
 use cache::Caches;
 use conclave_core::k8s::{candidate_view, lease_record, now, validate_lease_candidate};
-use conclave_core::plan::{Mode, candidate_expired, leaderless};
+use conclave_core::plan::{Mode, candidate_expired, leaderless, without_leader};
 use conclave_core::request::ElectionRequest;
 use conclave_core::step::StepConfig;
 use conclave_core::time::Timestamp;
@@ -274,6 +274,10 @@ impl Context {
                     self.caches.annotate(key, &mut record, now);
                     record
                 });
+                // Most Leases have a leader: their candidates are not gathered.
+                if !without_leader(lease.as_ref(), now) {
+                    return false;
+                }
                 let candidates: Vec<_> = self
                     .caches
                     .candidates_for(key)
