@@ -483,14 +483,13 @@ impl Soak<'_> {
     async fn event(&mut self, lease: usize) -> Result<(), Error> {
         let name = lease_name(lease);
         let look = look_at_election(self.client, SOAK_NAMESPACE, &name).await?;
-        if let Some(holder) = &look.holder {
-            if self
+        if let Some(holder) = &look.holder
+            && self
                 .last_holders
                 .insert(lease, holder.clone())
                 .is_some_and(|last| &last != holder)
-            {
-                self.holder_changes += 1;
-            }
+        {
+            self.holder_changes += 1;
         }
         let listed = self
             .pods
@@ -737,7 +736,7 @@ pub async fn run(
         let lease = soak.dice.below(soak.config.leases as u64) as usize;
         let before = soak.holder_changes;
         soak.event(lease).await?;
-        if soak.holder_changes % 50 == 0 && soak.holder_changes != before {
+        if soak.holder_changes.is_multiple_of(50) && soak.holder_changes != before {
             eprintln!(
                 "node soak: {} hand-offs seen in {:.0} s",
                 soak.holder_changes,
