@@ -208,6 +208,20 @@ fn now_rfc3339() -> String {
         .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string())
 }
 
+/// What a failed watch of `StrategyPlugin` objects says, in one line: the API server's code,
+/// reason and message when it answered (a missing CRD is `404 NotFound`), rather than the whole
+/// `Status` object the error's own text repeats.
+fn watch_error_summary(error: &watcher::Error) -> String {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status,
+        other => return other.to_string(),
+    };
+    format!("{} {}: {}", status.code, status.reason, status.message)
+}
+
 /// Runs until `shutdown`: watches `StrategyPlugin` objects, keeps their plugins in service in
 /// `config.engine`, and, while `leadership` holds, writes their status and Events.
 pub(crate) async fn run(
@@ -257,7 +271,7 @@ pub(crate) async fn run(
                     Err(error) => {
                         if !missing_crd_logged {
                             tracing::warn!(
-                                %error,
+                                error = %watch_error_summary(&error),
                                 "cannot watch StrategyPlugin objects (is the CRD installed? \
                                  `conclave crd | kubectl apply -f -`); retrying with backoff; \
                                  plugins from --plugins keep serving"
@@ -893,5 +907,34 @@ async fn sync_dir(ctx: &Context, engine: &Engine) {
     }
     if !sync.loaded.is_empty() || !sync.removed.is_empty() {
         ctx.enqueue_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_error_summary;
+    use kube::core::Status;
+    use kube::runtime::watcher;
+
+    #[test]
+    fn a_missing_crd_is_logged_as_the_servers_one_line_answer() {
+        let status = Status::failure(
+            "the server could not find the requested resource",
+            "NotFound",
+        )
+        .with_code(404)
+        .boxed();
+        let error = watcher::Error::InitialListFailed(kube::Error::Api(status));
+        let summary = watch_error_summary(&error);
+        assert_eq!(
+            summary,
+            "404 NotFound: the server could not find the requested resource"
+        );
+        assert!(
+            error.to_string().len() > summary.len(),
+            "the summary is shorter than the error's own text"
+        );
+        let other = watcher::Error::NoResourceVersion;
+        assert_eq!(watch_error_summary(&other), other.to_string());
     }
 }
