@@ -102,7 +102,8 @@ fn inspect_shows_names_imports_and_digest() {
     assert!(
         stdout.contains("imports:     conclave:strategy/log@0.4.0\n")
             && stdout.contains("contract:    conclave:strategy@0.4.0\n")
-            && stdout.contains("reads:       versions and times only\n"),
+            && stdout.contains("reads:       versions and times only\n")
+            && stdout.contains("reads now:   no "),
         "{stdout}"
     );
     assert!(
