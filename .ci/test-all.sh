@@ -55,9 +55,9 @@ for vectors in tests/vectors/*.json; do
   fi
   ./target/debug/conclave strategy test "$wasm" --vectors "$vectors"
 done
-# The built-in as built against conclave:strategy@0.1.0 and @0.2.0, before the current contract
-# existed: components of every earlier version still load and pass the same vectors.
-for contract in v0.1 v0.2; do
+# The built-in as built against conclave:strategy@0.1.0, @0.2.0 and @0.3.0, before the current
+# contract existed: components of every earlier version still load and pass the same vectors.
+for contract in v0.1 v0.2 v0.3; do
   ./target/debug/conclave strategy test "host/engine/tests/fixtures/$contract/oldest_emulation_version.wasm" \
     --vectors tests/vectors/oldest-emulation-version.json
 done

@@ -1,6 +1,6 @@
-//! A prepared election request as the columns `conclave:strategy@0.3.0` hands to a plugin: one
-//! list per candidate field, so that a request of any size crosses into a component in a few
-//! copies instead of one per field of every candidate.
+//! A prepared election request as the columns `conclave:strategy@0.3.0` and `@0.4.0` hand to a
+//! plugin: one list per candidate field, so that a request of any size crosses into a component
+//! in a few copies instead of one per field of every candidate.
 //!
 //! The engine lowers these columns into a component; the SDK builds the same from an
 //! [`ElectionRequest`](crate::request::ElectionRequest) when a plugin runs natively (its tests,

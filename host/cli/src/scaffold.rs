@@ -496,6 +496,10 @@ impl Strategy for {type_name} {{
     const DESCRIPTION: &'static str = "lowest emulation version, then lowest binary version, then oldest creation time, then name";
     // Versions and times always arrive. To read more, e.g. a label:
     // Reads {{ label_keys: &["topology.kubernetes.io/zone"], ..Reads::NOTHING }}
+    // `Reads::NOTHING` also says the answer may depend on `request.now`, which is always safe:
+    // the plugin is called again at every renewal of the Lease by its holder. This starting rule
+    // compares nothing with `now`; once yours is final and does not either, declare
+    // Reads {{ now: false, ..Reads::NOTHING }} and those renewals call nothing.
     const READS: Reads = Reads::NOTHING;
 
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {{
@@ -646,7 +650,7 @@ mod tests {
             assert!(
                 std::fs::read_to_string(dir.join("wit/strategy.wit"))
                     .unwrap()
-                    .contains("package conclave:strategy@0.3.0")
+                    .contains("package conclave:strategy@0.4.0")
             );
             let again = scaffold_interpreted(lang, "my-rule", "example.com/my-rule", &dir);
             assert!(again.is_err(), "{lang:?}: a non-empty directory is refused");

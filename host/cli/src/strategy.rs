@@ -651,6 +651,14 @@ fn print_info(info: &PluginInfo) {
     println!("contract:    conclave:strategy@{}", info.contract);
     println!("reads:       {}", info.reads);
     println!(
+        "reads now:   {}",
+        if info.reads_now {
+            "yes (called at every renewal of a Lease by its holder)"
+        } else {
+            "no (a renewal of a Lease by its holder that changes nothing else calls nothing)"
+        }
+    );
+    println!(
         "imports:     {}",
         if info.imports.is_empty() {
             "(none)".to_owned()

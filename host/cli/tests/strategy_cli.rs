@@ -100,9 +100,10 @@ fn inspect_shows_names_imports_and_digest() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("imports:     conclave:strategy/log@0.3.0\n")
-            && stdout.contains("contract:    conclave:strategy@0.3.0\n")
-            && stdout.contains("reads:       versions and times only\n"),
+        stdout.contains("imports:     conclave:strategy/log@0.4.0\n")
+            && stdout.contains("contract:    conclave:strategy@0.4.0\n")
+            && stdout.contains("reads:       versions and times only\n")
+            && stdout.contains("reads now:   no "),
         "{stdout}"
     );
     assert!(

@@ -88,8 +88,8 @@ pub trait Decide: Send + Sync + 'static {
     /// Whether the answer for `strategy` may depend on the request's `now` (beyond what the rest
     /// of the request says): then a step asks again at every renewal of the Lease's holder, as
     /// the clock moved. `false` lets a renewal that changes nothing else skip the step (issue 31;
-    /// [`crate::index::Watched::Renewal`]). The contract (`conclave:strategy@0.3.0` and earlier)
-    /// has no way for a plugin to say so, so the default is `true`.
+    /// [`crate::index::Watched::Renewal`]). A wrong `false` leaves a Lease decided on a stale
+    /// clock until something else changes, so the default is `true`.
     fn reads_clock(&self, strategy: &str) -> bool {
         let _ = strategy;
         true
@@ -117,15 +117,12 @@ impl Decide for Engine {
         Engine::has_strategy(self, strategy)
     }
 
-    /// `false` only for the built-in plugin (`OldestEmulationVersion`): it ships with the host
-    /// and reads versions, creation times and names, never `now` nor a renewal or ping time. A
-    /// loaded plugin may compare candidate times with `now` (the contract invites it), and
-    /// cannot declare that it does not.
+    /// What the plugin implementing `strategy` declared ([`Engine::reads_now`]): a plugin built
+    /// against `conclave:strategy@0.4.0` says in `info()` whether it compares anything with
+    /// `now` (the built-in `OldestEmulationVersion` and the `conclave.dev/` plugins say they do
+    /// not); one built against 0.3 or earlier cannot say, and is taken to read it.
     fn reads_clock(&self, strategy: &str) -> bool {
-        !self.strategies().iter().any(|s| {
-            s.name == strategy
-                && matches!(s.plugin.source, conclave_engine::PluginSource::Builtin(_))
-        })
+        Engine::reads_now(self, strategy)
     }
 
     fn elect(

@@ -11,7 +11,8 @@ use conclave_testkit::{CandidateResponder, SeededSets, lease_candidate, oldest_e
 use controller_support::{
     CoordinatedHolder, HolderAudit, HolderWrites, LeaseWrites, NS, PingAnswerer, Renewer, WAIT,
     candidate, config, crash_the_best_leader, create_lease, emulator, failover_config, free_addr,
-    http_get, metric_sum, scrape, stale_candidate_pinged, start, wait_event, wait_lease,
+    http_get, metric_sum, scrape, stale_candidate_pinged, start, start_deciding, wait_event,
+    wait_lease,
 };
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -718,6 +719,109 @@ async fn plugin_errors_leave_the_lease_as_it_is() {
     task.await
         .unwrap()
         .expect("the controller survives plugin errors and stops cleanly");
+}
+
+/// The engine's decisions, counted: `reads_clock` is the engine's own (what each plugin declared),
+/// so a count shows whether a renewal called the plugin.
+struct CountingEngine {
+    engine: conclave_engine::Engine,
+    calls: AtomicUsize,
+}
+
+impl conclave_controller::Decide for CountingEngine {
+    fn has_strategy(&self, strategy: &str) -> bool {
+        self.engine.has_strategy(strategy)
+    }
+
+    fn reads_clock(&self, strategy: &str) -> bool {
+        conclave_controller::Decide::reads_clock(&self.engine, strategy)
+    }
+
+    fn elect(
+        &self,
+        strategy: &str,
+        request: &conclave_core::request::ElectionRequest,
+    ) -> Result<Option<String>, conclave_controller::DecideError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        conclave_controller::Decide::elect(&self.engine, strategy, request)
+    }
+}
+
+/// An engine serving only the plugin at `path`, as `conclave run --plugins` loads it.
+fn engine_of(path: &std::path::Path) -> conclave_engine::Engine {
+    conclave_engine::Engine::from_file(conclave_engine::EngineConfig::default(), path)
+        .unwrap_or_else(|error| panic!("{} loads: {error}", path.display()))
+}
+
+/// Elects Lease `l` under `strategy` (two candidates, which then stay silent), lets its holder
+/// renew it every 200 ms, and returns how many of those renewals were written and how many
+/// strategy calls the controller made meanwhile, once the Lease had settled.
+async fn strategy_calls_during_renewals(
+    engine: conclave_engine::Engine,
+    strategy: &str,
+) -> (usize, usize) {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let writes = LeaseWrites::start(leases.clone()).await;
+    let decider = Arc::new(CountingEngine {
+        engine,
+        calls: AtomicUsize::new(0),
+    });
+    let _controller = start_deciding(client.clone(), decider.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.30.0", "1.30.0", strategy).await;
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", strategy).await;
+    wait_lease(&leases, "l", "a to hold l", |r| r.holder() == Some("a")).await;
+    let renewer = Renewer::start(
+        leases.clone(),
+        "l",
+        "a",
+        Duration::from_millis(200),
+        jiff::SignedDuration::ZERO,
+    );
+    // The first renewals settle the Lease (the first one changes its duration, too).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (calls_before, writes_before) =
+        (decider.calls.load(Ordering::Relaxed), writes.of("l").len());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let calls = decider.calls.load(Ordering::Relaxed) - calls_before;
+    let window = writes.of("l").split_off(writes_before);
+    renewer.crash().await;
+    assert!(
+        window
+            .iter()
+            .all(|w| w.record.holder() == Some("a") && w.record.preferred().is_none()),
+        "only a's renewals were written: {window:#?}"
+    );
+    (window.len(), calls)
+}
+
+/// Issue 31: a plugin built against `conclave:strategy@0.4.0` that declares its answer does not
+/// depend on `now` (`conclave.dev/priority`, loaded from a file like any third-party plugin) is
+/// not called for its holder's renewals, which change nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_that_declares_it_reads_no_clock_is_not_called_at_renewals() {
+    let built = conclave_testkit::wasm_build::build_plugins(&["priority"]).join("priority.wasm");
+    let engine = engine_of(&built);
+    assert!(!engine.reads_now("conclave.dev/priority"));
+    let (renewals, calls) = strategy_calls_during_renewals(engine, "conclave.dev/priority").await;
+    assert!(renewals >= 10, "{renewals} renewals in 4 s");
+    assert_eq!(calls, 0, "strategy calls during {renewals} renewals");
+}
+
+/// The same rule built against `conclave:strategy@0.3.0` (the engine's `fixtures/v0.3` built-in),
+/// which cannot declare that it ignores `now`, is called again at its holder's renewals.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_0_3_plugin_is_called_at_its_holders_renewals() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/v0.3/oldest_emulation_version.wasm");
+    let engine = engine_of(&fixture);
+    assert_eq!(engine.plugins()[0].contract, "0.3.0");
+    let (renewals, calls) = strategy_calls_during_renewals(engine, OEV).await;
+    assert!(renewals >= 10, "{renewals} renewals in 4 s");
+    assert!(
+        calls * 2 >= renewals,
+        "{calls} strategy calls during {renewals} renewals"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

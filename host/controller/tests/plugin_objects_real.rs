@@ -252,7 +252,7 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
             .as_deref()
             .is_some_and(|d| d.starts_with("sha256:"))
     );
-    assert_eq!(status.contract.as_deref(), Some("0.3.0"));
+    assert_eq!(status.contract.as_deref(), Some("0.4.0"));
     wait_event(&client, "default", &name("zones"), "Loaded").await;
 
     let _a = candidate_in(&client, &ns, "in-a", "zoned", "1.37.0", "1.37.0", ZONES).await;

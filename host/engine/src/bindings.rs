@@ -1,10 +1,18 @@
 //! Host bindings generated from the plugin contract, one module per published version.
 #![allow(missing_docs, clippy::all)]
 
-/// `conclave:strategy@0.3.0` (`wit/strategy.wit`), the current contract.
-pub(super) mod v0_3 {
+/// `conclave:strategy@0.4.0` (`wit/strategy.wit`), the current contract.
+pub(super) mod v0_4 {
     wasmtime::component::bindgen!({
         path: "../../wit",
+        world: "conclave:strategy/strategy@0.4.0",
+    });
+}
+
+/// `conclave:strategy@0.3.0` (`wit/v0.3/strategy.wit`), still loaded unchanged.
+pub(super) mod v0_3 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.3",
         world: "conclave:strategy/strategy@0.3.0",
     });
 }

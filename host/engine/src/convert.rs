@@ -1,6 +1,7 @@
 //! The plain-data request as the plugin's WIT records, lowered straight from borrowed data: the
 //! host copies each string once, into guest memory, and never into an owned WIT value first.
-//! [`v0_3`] is the current contract, [`v0_2`] the one before, the rest of this module 0.1.
+//! [`v0_3`] is the request of the current contract (0.4 kept 0.3's) and of 0.3, [`v0_2`] the one
+//! before, the rest of this module 0.1.
 
 use conclave_core::columns::FieldSet;
 use conclave_core::prepared::PreparedRequest;
@@ -36,7 +37,7 @@ impl Reads {
     }
 }
 
-/// `lease` of 0.2 and 0.3, which have the same shape.
+/// `lease` of 0.2, 0.3 and 0.4, which have the same shape.
 #[derive(ComponentType, Lower)]
 #[component(record)]
 pub(crate) struct IndexedLease<'a> {
@@ -70,7 +71,8 @@ impl<'a> IndexedLease<'a> {
 }
 
 pub(super) mod v0_3 {
-    //! `conclave:strategy@0.3.0`: the candidates as columns, so a request crosses in a few copies.
+    //! `conclave:strategy@0.3.0` and `@0.4.0`, whose requests are the same: the candidates as
+    //! columns, so a request crosses in a few copies.
 
     use super::{IndexedLease, Reads};
     use conclave_core::columns::{Columns, KeyedColumn, PackedStrings, StringColumn};

@@ -5,7 +5,8 @@ use super::error::LoadError;
 use wasmtime::component::Component;
 
 /// The only host interface a plugin may import, in every contract version the host loads.
-const LOG_INTERFACES: [&str; 3] = [
+const LOG_INTERFACES: [&str; 4] = [
+    "conclave:strategy/log@0.4.",
     "conclave:strategy/log@0.3.",
     "conclave:strategy/log@0.2.",
     "conclave:strategy/log@0.1.",
@@ -85,7 +86,7 @@ fn refusal(import: &str, allow_wasi: bool, toolchain: Option<Toolchain>) -> Opti
     }
     if !import.starts_with("wasi:") {
         return Some(
-            "a strategy plugin may import only conclave:strategy/log (0.3.x, 0.2.x or 0.1.x)"
+            "a strategy plugin may import only conclave:strategy/log (0.4.x, 0.3.x, 0.2.x or 0.1.x)"
                 .to_owned(),
         );
     }
@@ -154,7 +155,7 @@ mod tests {
 
     #[test]
     fn log_interfaces_of_every_contract_pass_and_other_hosts_interfaces_do_not() {
-        for version in ["0.1.0", "0.2.0", "0.3.0"] {
+        for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0"] {
             assert_eq!(
                 refusal(&format!("conclave:strategy/log@{version}"), false, None),
                 None

@@ -214,6 +214,19 @@ impl Engine {
         self.inner.snapshot().get(strategy).is_some()
     }
 
+    /// Whether the answer of the plugin implementing `strategy` may depend on the request's
+    /// `now`: what a 0.4 plugin declared (`reads.now`); `true` for a plugin built against 0.3 or
+    /// earlier, which cannot say, and for a strategy no plugin implements. The built-in plugin
+    /// declares `false`. The controller asks a plugin that declares `false` nothing for a renewal
+    /// that only moved the clock.
+    #[must_use]
+    pub fn reads_now(&self, strategy: &str) -> bool {
+        self.inner
+            .snapshot()
+            .get(strategy)
+            .is_none_or(|plugin| plugin.reads_now())
+    }
+
     /// Every strategy name the engine can run, sorted by name.
     #[must_use]
     pub fn strategies(&self) -> Vec<StrategyInfo> {

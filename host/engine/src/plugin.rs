@@ -95,6 +95,10 @@ pub struct PluginInfo {
     /// What it reads of each candidate beyond versions and times (0.2 and later), e.g.
     /// `name, labels topology.kubernetes.io/zone`; every field for 0.1 plugins.
     pub reads: String,
+    /// Whether its answer may depend on the request's `now`, as it declared (`reads.now`, 0.4
+    /// and later); `true` for a plugin built against 0.3 or earlier, which cannot say. When
+    /// `false`, the controller does not ask it again for a renewal that only moved the clock.
+    pub reads_now: bool,
     /// The component's imports (only the log interface, or WASI with `--allow-wasi`).
     pub imports: Vec<String>,
     /// The component's size in bytes.
@@ -120,6 +124,7 @@ pub(super) struct StrategyPre {
 
 /// The contract versions the host loads, newest first.
 enum Contract {
+    V0_4(bindings::v0_4::StrategyPre<CallState>),
     V0_3(bindings::v0_3::StrategyPre<CallState>),
     V0_2(bindings::v0_2::StrategyPre<CallState>),
     V0_1(bindings::v0_1::StrategyPre<CallState>),
@@ -128,6 +133,7 @@ enum Contract {
 impl Contract {
     fn instance_pre(&self) -> &wasmtime::component::InstancePre<CallState> {
         match self {
+            Self::V0_4(pre) => pre.instance_pre(),
             Self::V0_3(pre) => pre.instance_pre(),
             Self::V0_2(pre) => pre.instance_pre(),
             Self::V0_1(pre) => pre.instance_pre(),
@@ -141,12 +147,22 @@ impl Contract {
         instance: &wasmtime::component::Instance,
     ) -> wasmtime::Result<ReportedInfo> {
         match self {
+            Self::V0_4(_) => bindings::v0_4::Strategy::new(&mut *store, instance)?
+                .call_info(&mut *store)
+                .map(|info| ReportedInfo {
+                    strategies: info.strategies,
+                    description: info.description,
+                    version: info.version,
+                    reads_now: info.reads.now,
+                    reads: Some(reads_v0_4(info.reads)),
+                }),
             Self::V0_3(_) => bindings::v0_3::Strategy::new(&mut *store, instance)?
                 .call_info(&mut *store)
                 .map(|info| ReportedInfo {
                     strategies: info.strategies,
                     description: info.description,
                     version: info.version,
+                    reads_now: true,
                     reads: Some(reads_v0_3(info.reads)),
                 }),
             Self::V0_2(_) => bindings::v0_2::Strategy::new(&mut *store, instance)?
@@ -155,6 +171,7 @@ impl Contract {
                     strategies: info.strategies,
                     description: info.description,
                     version: info.version,
+                    reads_now: true,
                     reads: Some(reads_v0_2(info.reads)),
                 }),
             Self::V0_1(_) => bindings::v0_1::Strategy::new(&mut *store, instance)?
@@ -163,6 +180,7 @@ impl Contract {
                     strategies: info.strategies,
                     description: info.description,
                     version: info.version,
+                    reads_now: true,
                     reads: None,
                 }),
         }
@@ -170,6 +188,7 @@ impl Contract {
 
     fn version(&self) -> &'static str {
         match self {
+            Self::V0_4(_) => "0.4.0",
             Self::V0_3(_) => "0.3.0",
             Self::V0_2(_) => "0.2.0",
             Self::V0_1(_) => "0.1.0",
@@ -180,6 +199,10 @@ impl Contract {
 impl StrategyPre {
     /// Links `component` against the host interface (and WASI, if the linker has it), as the
     /// newest contract version whose exports it has.
+    ///
+    /// The component model compares types by structure: `elect` has the same type in 0.3 and
+    /// 0.4, so what tells those two apart is `info`, whose `reads` record gained a field in 0.4.
+    /// The bindings of each version check the types of both exports.
     pub(super) fn new(
         runtime: &Runtime,
         linker: &Linker<CallState>,
@@ -194,15 +217,18 @@ impl StrategyPre {
         let instance_pre = linker
             .instantiate_pre(component)
             .map_err(|e| load_error("cannot link it against the host interface", e))?;
-        let contract = match bindings::v0_3::StrategyPre::new(instance_pre.clone()) {
-            Ok(pre) => Contract::V0_3(pre),
-            Err(newest) => bindings::v0_2::StrategyPre::new(instance_pre.clone())
-                .map(Contract::V0_2)
+        let contract = match bindings::v0_4::StrategyPre::new(instance_pre.clone()) {
+            Ok(pre) => Contract::V0_4(pre),
+            Err(newest) => bindings::v0_3::StrategyPre::new(instance_pre.clone())
+                .map(Contract::V0_3)
+                .or_else(|_| {
+                    bindings::v0_2::StrategyPre::new(instance_pre.clone()).map(Contract::V0_2)
+                })
                 .or_else(|_| bindings::v0_1::StrategyPre::new(instance_pre).map(Contract::V0_1))
                 .map_err(|_| {
                     load_error(
                         "it does not export the conclave:strategy world (info, elect) of a \
-                         version this host loads (0.3.0, 0.2.0 or 0.1.0); as 0.3.0",
+                         version this host loads (0.4.0, 0.3.0, 0.2.0 or 0.1.0); as 0.4.0",
                         newest,
                     )
                 })?,
@@ -226,7 +252,7 @@ impl StrategyPre {
         instance: &wasmtime::component::Instance,
     ) -> wasmtime::Result<()> {
         match self.contract {
-            Contract::V0_3(_) => instance
+            Contract::V0_4(_) | Contract::V0_3(_) => instance
                 .get_typed_func::<_, _>(&mut *store, &self.elect)
                 .map(|_: ElectV0_3<'_>| ()),
             Contract::V0_2(_) => instance
@@ -241,7 +267,8 @@ impl StrategyPre {
 
 /// `elect` as the host calls it under each contract version: the borrowed request it lowers and
 /// the answer it lifts. [`StrategyPre::check_elect_type`] and [`elect_func`] must name the same
-/// alias for a version; these aliases are the one place the pairing is written.
+/// alias for a version; these aliases are the one place the pairing is written. 0.4's `elect` is
+/// 0.3's, so both use [`ElectV0_3`].
 type ElectV0_3<'a> = TypedFunc<(&'a convert::v0_3::Request<'a>,), (Answer<u32>,)>;
 type ElectV0_2<'a> = TypedFunc<(&'a convert::v0_2::Request<'a>,), (Answer<u32>,)>;
 type ElectV0_1<'a> = TypedFunc<(&'a convert::Request<'a>,), (Answer<String>,)>;
@@ -286,6 +313,11 @@ pub(super) fn linker(runtime: &Runtime, allow_wasi: bool) -> Result<Linker<CallS
         what: "linking the host interface",
         source,
     };
+    bindings::v0_4::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
+        &mut linker,
+        |state| state,
+    )
+    .map_err(link_error)?;
     bindings::v0_3::Strategy::add_to_linker::<CallState, HasSelf<CallState>>(
         &mut linker,
         |state| state,
@@ -326,6 +358,8 @@ struct ReportedInfo {
     description: String,
     version: String,
     reads: Option<convert::Reads>,
+    /// `reads.now` of 0.4; `true` before, when a plugin could not say.
+    reads_now: bool,
 }
 
 /// `reads` as a plugin of each contract version declares it (one generated type per version, of
@@ -350,7 +384,7 @@ macro_rules! reads_from {
     )+};
 }
 
-reads_from!(reads_v0_3: v0_3, reads_v0_2: v0_2);
+reads_from!(reads_v0_4: v0_4, reads_v0_3: v0_3, reads_v0_2: v0_2);
 
 /// `reads` in words, for `strategy inspect` and the load log.
 fn describe_reads(reads: Option<&convert::Reads>) -> String {
@@ -467,6 +501,7 @@ impl Plugin {
         info.version = reported.version;
         info.contract = pre.contract.version();
         info.reads = describe_reads(reported.reads.as_ref());
+        info.reads_now = reported.reads_now;
         Ok(Self {
             info: Arc::new(info),
             pre,
@@ -495,6 +530,11 @@ impl Plugin {
             decided: self.decided.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether its answer may depend on the request's `now` ([`PluginInfo::reads_now`]).
+    pub(super) fn reads_now(&self) -> bool {
+        self.info.reads_now
     }
 
     /// What this plugin is.
@@ -526,16 +566,16 @@ impl Plugin {
             &request.settings
         };
         let prepared = match &self.pre.contract {
-            Contract::V0_3(_) | Contract::V0_2(_) => Some(PreparedRequest::new(request).map_err(
-                |error| CallError::InvalidRequest {
+            Contract::V0_4(_) | Contract::V0_3(_) | Contract::V0_2(_) => Some(
+                PreparedRequest::new(request).map_err(|error| CallError::InvalidRequest {
                     strategy: strategy.to_owned(),
                     reason: error.to_string(),
-                },
-            )?),
+                })?,
+            ),
             Contract::V0_1(_) => None,
         };
         let columns = match (&self.pre.contract, &prepared) {
-            (Contract::V0_3(_), Some(prepared)) => {
+            (Contract::V0_4(_) | Contract::V0_3(_), Some(prepared)) => {
                 Some(convert::v0_3::columns(prepared, &self.reads))
             }
             _ => None,
@@ -600,7 +640,7 @@ impl Plugin {
             Ok(Ok(Some(Choice::Position(position)))) => {
                 let prepared = prepared
                     .as_ref()
-                    .expect("a position answers a 0.2 or 0.3 request");
+                    .expect("a position answers a request of 0.2 or later");
                 match prepared.name_at(position) {
                     Some(name) => Ok(Some(name.to_owned())),
                     None => Err(invalid(format!(
@@ -629,7 +669,7 @@ impl Plugin {
     }
 }
 
-/// The request as the plugin's contract version shapes it.
+/// The request as the plugin's contract version shapes it (0.4's is 0.3's).
 #[allow(
     clippy::large_enum_variant,
     reason = "one per call, on the stack; boxing the 0.3 request would add an allocation to every call"
@@ -840,7 +880,7 @@ macro_rules! log_host {
     )+};
 }
 
-log_host!(v0_3, v0_2, v0_1);
+log_host!(v0_4, v0_3, v0_2, v0_1);
 
 /// The WASI context for `--allow-wasi` plugins: no preopened directories, no environment or
 /// arguments, no network, a wall clock fixed at the request's `now`, a monotonic clock that does

@@ -460,6 +460,7 @@ impl Shared {
             version: String::new(),
             contract: "",
             reads: String::new(),
+            reads_now: true,
             imports,
             size: bytes.len(),
             sha256,

@@ -4,7 +4,7 @@
 //! - The answer path: a hand-written 0.1 plugin (`fixtures/strategy.wat`) that answers whatever
 //!   the request's settings say, so one compiled plugin gives every answer: a candidate's name,
 //!   a name next to one, the empty name, a huge or non-ASCII one, for requests whose candidates
-//!   have empty, duplicate, huge or non-ASCII names. And the built-in plugins (0.3, answering
+//!   have empty, duplicate, huge or non-ASCII names. And the built-in plugins (0.4, answering
 //!   with a position) on the same arbitrary requests. Whatever comes back, [`Engine::elect`]
 //!   never panics and returns a name only if it is one of the request's candidates.
 //! - The sidecar: arbitrary and mutated-valid `NAME.json` next to a plugin. Loading never panics;
@@ -201,7 +201,7 @@ fn check_answer(
                 answer.len()
             );
         }
-        // A request the engine cannot pass to a 0.2 or 0.3 plugin (duplicate names), a plugin
+        // A request the engine cannot pass to a plugin of 0.2 or later (duplicate names), a plugin
         // refusing garbage, or the time limit on a big request under a debug build.
         Err(
             CallError::InvalidRequest { .. }
@@ -257,7 +257,7 @@ fn an_arbitrary_answer_elects_only_a_candidate() {
     result.unwrap();
 }
 
-/// The built-in plugins (0.3, answering with a position) on arbitrary requests: never a panic,
+/// The built-in plugins (0.4, answering with a position) on arbitrary requests: never a panic,
 /// never a name that is not a candidate's.
 #[test]
 fn built_in_plugins_on_arbitrary_requests_elect_only_a_candidate() {

@@ -546,7 +546,7 @@ fn a_0_1_answer_longer_than_any_candidate_name_is_invalid_and_cut() {
 }
 
 /// The built-in OldestEmulationVersion as it was built against an older contract version, kept in
-/// `fixtures/v0.1/` and `fixtures/v0.2/`, loaded from a file.
+/// `fixtures/v0.1/`, `fixtures/v0.2/` and `fixtures/v0.3/`, loaded from a file.
 fn fixture_engine(version: &str) -> Engine {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
         "tests/fixtures/v{version}/oldest_emulation_version.wasm"
@@ -556,10 +556,10 @@ fn fixture_engine(version: &str) -> Engine {
 }
 
 #[test]
-fn components_built_against_0_1_and_0_2_load_and_elect_like_the_0_3_builtin() {
+fn components_built_against_0_1_0_2_and_0_3_load_and_elect_like_the_0_4_builtin() {
     let current = Engine::new(EngineConfig::default()).unwrap();
     let builtin = current.plugins();
-    assert_eq!(builtin[0].contract, "0.3.0");
+    assert_eq!(builtin[0].contract, "0.4.0");
     assert_eq!(builtin[0].reads, "versions and times only");
 
     let mut cases = vec![request(OLDEST_EMULATION_VERSION)];
@@ -582,11 +582,15 @@ fn components_built_against_0_1_and_0_2_load_and_elect_like_the_0_3_builtin() {
         Some("pre"),
         "a pre-release sorts before its release"
     );
-    for version in ["0.1", "0.2"] {
+    for version in ["0.1", "0.2", "0.3"] {
         let old = fixture_engine(version);
         let info = old.plugins();
         assert_eq!(info.len(), 1);
         assert_eq!(info[0].contract, format!("{version}.0"));
+        assert!(
+            info[0].reads_now && old.reads_now(OLDEST_EMULATION_VERSION),
+            "a {version} component cannot say it does not read `now`"
+        );
         assert!(
             info[0]
                 .imports
@@ -606,7 +610,7 @@ fn components_built_against_0_1_and_0_2_load_and_elect_like_the_0_3_builtin() {
     }
 }
 
-/// What `fixtures/echo-guest` describes for `request`: what a 0.3 plugin reading every field
+/// What `fixtures/echo-guest` describes for `request`: what a 0.4 plugin reading every field
 /// should see.
 fn expected_echo(request: &ElectionRequest) -> String {
     use conclave_core::version::Version;
@@ -671,8 +675,42 @@ fn expected_echo(request: &ElectionRequest) -> String {
     seen
 }
 
+/// Issue 31: a 0.4 plugin says whether its answer may depend on `now`, and the engine reports it
+/// per strategy, so the controller can skip the renewals that only move the clock. The same rule
+/// built against 0.3 (the `fixtures/v0.3` built-in) could not say it and is taken to read `now`:
+/// telling the two apart is telling their contract versions apart, whose `elect` types are equal.
 #[test]
-fn every_column_of_a_0_3_request_arrives_intact() {
+fn a_0_4_plugin_declares_whether_it_reads_now_and_a_0_3_plugin_reads_it() {
+    let builtin = Engine::new(EngineConfig::default()).unwrap();
+    assert!(!builtin.reads_now(OLDEST_EMULATION_VERSION));
+    assert!(!builtin.plugins()[0].reads_now);
+    assert!(
+        builtin.reads_now("example.com/not-loaded"),
+        "no plugin, no declaration"
+    );
+
+    let old = fixture_engine("0.3");
+    assert_eq!(old.plugins()[0].contract, "0.3.0");
+    assert!(old.reads_now(OLDEST_EMULATION_VERSION));
+
+    // A third-party plugin loaded from a file decides by its declaration, not by its source:
+    // conclave.dev/priority declares `false`.
+    let built = wasm_build::build_plugins(&["priority"]).join("priority.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&built, dir.path().join("priority.wasm")).unwrap();
+    let loaded = engine_with(dir.path()).unwrap();
+    let priority = loaded
+        .plugins()
+        .into_iter()
+        .find(|info| info.strategies == ["conclave.dev/priority"])
+        .unwrap();
+    assert_eq!(priority.contract, "0.4.0");
+    assert!(!priority.reads_now);
+    assert!(!loaded.reads_now("conclave.dev/priority"));
+}
+
+#[test]
+fn every_column_of_a_0_4_request_arrives_intact() {
     let wasm = build_fixture("echo-guest");
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&wasm, dir.path().join("echo.wasm")).unwrap();
@@ -682,11 +720,13 @@ fn every_column_of_a_0_3_request_arrives_intact() {
         .into_iter()
         .find(|info| info.strategies == ["test/echo"])
         .unwrap();
-    assert_eq!(info.contract, "0.3.0");
+    assert_eq!(info.contract, "0.4.0");
     assert_eq!(
         info.reads,
         "versions, times, name, strategy, version text, labels, annotations"
     );
+    // The SDK's default, `Reads::EVERYTHING`, declares that the rule reads `now`.
+    assert!(info.reads_now && engine.reads_now("test/echo"));
 
     let mut request = request("test/echo");
     request.lease.holder = Some("zeta".into());

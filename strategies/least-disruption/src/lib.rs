@@ -27,8 +27,13 @@ impl Strategy for LeastDisruption {
     const DESCRIPTION: &'static str = "OldestEmulationVersion, but keeps a live holder whose \
          emulation and binary versions equal the best candidate's";
 
-    // Versions, creation times and the holder's position are all the rule reads.
-    const READS: Reads = Reads::NOTHING;
+    // Versions, creation times, the holder's position and `lease.expired` are all the rule reads.
+    // `expired` is the host's reading of the clock, not the rule's: the host asks again when the
+    // Lease expires, so the rule compares nothing with `now` itself.
+    const READS: Reads = Reads {
+        now: false,
+        ..Reads::NOTHING
+    };
 
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         let live_holder = request

@@ -22,8 +22,12 @@ impl Strategy for OldestEmulationVersion {
     const DESCRIPTION: &'static str = "lowest emulation version, then lowest binary version, then \
          oldest creation time, then name (Kubernetes' built-in rule)";
 
-    // Versions and creation times are all the rule reads; names order the candidates.
-    const READS: Reads = Reads::NOTHING;
+    // Versions and creation times are all the rule reads; names order the candidates. Nothing is
+    // compared with `now`: the same candidates get the same answer at any time.
+    const READS: Reads = Reads {
+        now: false,
+        ..Reads::NOTHING
+    };
 
     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
         Ok(pick_oldest_emulation_version(&request.candidates))

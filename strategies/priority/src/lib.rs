@@ -30,10 +30,12 @@ impl Strategy for Priority {
     const DESCRIPTION: &'static str = "highest coordination.conclave.dev/priority annotation \
          (int32 > 0; missing or invalid = 0), ties by OldestEmulationVersion";
 
-    // Names only for the warning about an invalid priority.
+    // Names only for the warning about an invalid priority. The annotation, versions and
+    // creation times decide; nothing is compared with `now`.
     const READS: Reads = Reads {
         fields: CandidateFields::NAME,
         annotation_keys: &[PRIORITY_ANNOTATION],
+        now: false,
         ..Reads::NOTHING
     };
 

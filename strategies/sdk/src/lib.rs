@@ -3,7 +3,7 @@
 //! A strategy decides who leads a Lease. Write one by implementing [`Strategy`] and exporting it
 //! with [`export_strategy!`]; build the crate (a `cdylib`) with
 //! `cargo build --target wasm32-wasip2 --release` and the result is a WebAssembly component that
-//! implements `conclave:strategy@0.3.0` (see `wit/strategy.wit`) and imports nothing but the
+//! implements `conclave:strategy@0.4.0` (see `wit/strategy.wit`) and imports nothing but the
 //! host's log.
 //!
 //! ```ignore
@@ -15,8 +15,9 @@
 //! impl Strategy for Newest {
 //!     const STRATEGIES: &'static [&'static str] = &["example.com/newest"];
 //!     const DESCRIPTION: &'static str = "the highest emulation version leads, then the first name";
-//!     // Versions and times always arrive; this rule reads no other field.
-//!     const READS: Reads = Reads::NOTHING;
+//!     // Versions and times always arrive; this rule reads no other field, and never compares
+//!     // anything with `now`.
+//!     const READS: Reads = Reads { now: false, ..Reads::NOTHING };
 //!
 //!     fn elect(request: &ElectionRequest) -> Result<Option<u32>, String> {
 //!         Ok(request
@@ -41,6 +42,10 @@
 //!   [`Strategy::READS`] asks for them: each string costs an allocation inside the plugin, and
 //!   for most rules crossing into the component was most of the cost of an election. The default
 //!   reads everything; narrow it once the rule works.
+//! - `request.now` is the election's time, the plugin's only clock. [`Reads::now`] says whether the
+//!   answer may depend on it: `true` (the default, always safe) has the plugin asked again at every
+//!   renewal of the Lease by its holder; a rule that never compares anything with `now` declares
+//!   `false`, and such renewals cost nothing.
 //! - `elect` answers with the winner's position ([`Candidate::position`]).
 //!
 //! [`native::elect_native`] runs a strategy on a controller-side request without WebAssembly, exactly as
@@ -108,8 +113,8 @@ pub trait Strategy {
     /// A one-line description of the rule, shown by `conclave strategy inspect`.
     const DESCRIPTION: &'static str;
 
-    /// The candidate fields the rule reads beyond versions and times; the rest arrive as `None`.
-    /// Everything by default.
+    /// The candidate fields the rule reads beyond versions and times (the rest arrive as `None`),
+    /// and whether its answer may depend on `now`. Everything, `now` included, by default.
     const READS: Reads = Reads::EVERYTHING;
 
     /// Decides one election.

@@ -1,4 +1,4 @@
-//! Kubernetes' `OldestEmulationVersion` ranking on a 0.3 request, for the built-in strategy and the
+//! Kubernetes' `OldestEmulationVersion` ranking on a 0.4 request, for the built-in strategy and the
 //! strategies that break ties with it.
 
 use crate::bindings::CandidateColumns;

@@ -1,12 +1,22 @@
-//! What a rule reads ([`Reads`]), and the candidates of a request seen one at a time
-//! ([`Candidate`]) although they arrive as columns.
+//! What a rule reads ([`Reads`]: candidate fields, and whether it reads the clock), and the
+//! candidates of a request seen one at a time ([`Candidate`]) although they arrive as columns.
 
 use crate::bindings::{self, CandidateColumns, CandidateFields};
 use alloc::string::ToString;
 use conclave_core::columns::UNKNOWN_TIME;
 
 /// The candidate fields a rule reads beyond versions and times, as [`Strategy::READS`]
-/// (crate::Strategy::READS) declares them; the host sends only these.
+/// (crate::Strategy::READS) declares them (the host sends only these), and whether its answer may
+/// depend on the request's `now` ([`now`](Self::now)).
+///
+/// Both constants say the rule reads `now`, the answer that is always safe; a rule that never
+/// compares anything with `now` says so explicitly:
+///
+/// ```
+/// use conclave_strategy::Reads;
+/// const READS: Reads = Reads { now: false, ..Reads::NOTHING };
+/// assert!(!READS.now);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reads {
     /// Fields read whole.
@@ -15,21 +25,30 @@ pub struct Reads {
     pub label_keys: &'static [&'static str],
     /// Annotation keys read, when not every annotation is ([`CandidateFields::ANNOTATIONS`]).
     pub annotation_keys: &'static [&'static str],
+    /// Whether the answer may depend on `request.now`: the rule compares it with a candidate's
+    /// times or with anything else. `now` arrives either way. With `false` the controller does
+    /// not call the plugin for a renewal of the Lease by its holder that changes nothing else
+    /// (the request would differ only in `now`); a rule that reads `now` all the same decides on
+    /// a stale clock until something else changes. `lease.expired` does not count: the host
+    /// reads the clock for it and asks again when the Lease expires.
+    pub now: bool,
 }
 
 impl Reads {
-    /// Every field: the default, right for a first version of a rule.
+    /// Every field, and `now`: the default, right for a first version of a rule.
     pub const EVERYTHING: Self = Self {
         fields: CandidateFields::all(),
         label_keys: &[],
         annotation_keys: &[],
+        now: true,
     };
 
-    /// Versions and times only: the fastest request.
+    /// Versions and times only (`now` among them): the fastest request.
     pub const NOTHING: Self = Self {
         fields: CandidateFields::empty(),
         label_keys: &[],
         annotation_keys: &[],
+        now: true,
     };
 
     /// Whether the candidates' labels under `key` are sent.
@@ -54,6 +73,7 @@ impl Reads {
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
+            now: self.now,
         }
     }
 }
@@ -325,4 +345,21 @@ pub fn positions(candidates: &CandidateColumns) -> impl Iterator<Item = (u32, Ca
     candidates
         .iter()
         .map(|candidate| (candidate.position(), candidate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_explicit_declaration_says_a_rule_does_not_read_now() {
+        assert!(Reads::EVERYTHING.to_wit().now);
+        assert!(Reads::NOTHING.to_wit().now);
+        let declared = Reads {
+            now: false,
+            ..Reads::NOTHING
+        };
+        assert!(!declared.to_wit().now);
+        assert_eq!(declared.to_wit().fields, CandidateFields::empty());
+    }
 }

@@ -30,8 +30,11 @@ impl Strategy for ZoneAffinity {
     const DESCRIPTION: &'static str = "candidates in the earliest of settings.zones (label \
          topology.kubernetes.io/zone) lead, unlisted zones last; ties by OldestEmulationVersion";
 
+    // The zone label, the settings, versions and creation times decide; nothing is compared with
+    // `now`.
     const READS: Reads = Reads {
         label_keys: &[ZONE_LABEL],
+        now: false,
         ..Reads::NOTHING
     };
 

@@ -467,7 +467,7 @@ proptest! {
     /// Whatever the strategy answers, [`Election::apply_answer`] never panics and never writes a
     /// name that was not offered: the engine refuses such an answer first (`InvalidAnswer`), and
     /// the core holds on its own, for every caller (the controller, `conclave status`, the demo).
-    /// A 0.2 or 0.3 plugin answers with a position: [`PreparedRequest::name_at`] maps only a
+    /// A plugin of 0.2 or later answers with a position: [`PreparedRequest::name_at`] maps only a
     /// position inside the request to a name, and that name is offered.
     #[test]
     fn an_arbitrary_answer_writes_only_offered_candidates(

@@ -8,13 +8,13 @@
 // lowest binary version, then oldest creation time, then name. Change it to yours, and update
 // vectors/{{name}}.json to match.
 //
-// Candidates arrive as columns (conclave:strategy@0.3.0): element `i` of every list in
+// Candidates arrive as columns (conclave:strategy@0.4.0): element `i` of every list in
 // `request.candidates` belongs to candidate `i`, candidates are sorted by name, and `elect` answers
 // with the winner's position. Versions arrive as orders (a lower order is a lower version);
 // `U32_MAX` is a version that does not parse. Times are BigInts (s64, microseconds), `I64_MIN` an
 // unknown time. Lists of integers arrive as typed arrays (Uint32Array, BigInt64Array).
 
-import { log } from "conclave:strategy/log@0.3.0";
+import { log } from "conclave:strategy/log@0.4.0";
 
 const U32_MAX = 0xffffffff;
 const I64_MIN = -(1n << 63n);
@@ -33,7 +33,11 @@ export function info() {
     // { fields: {}, labelKeys: ["topology.kubernetes.io/zone"], annotationKeys: [] }
     // (fields: { name, strategy, versionText, labels, annotations } as booleans). Every column
     // read is copied into the plugin on every election: ask only for what the rule uses.
-    reads: { fields: {}, labelKeys: [], annotationKeys: [] },
+    // `now` says whether the answer may depend on `request.now`. true is always safe: the plugin
+    // is called again at every renewal of the Lease by its holder. This starting rule compares
+    // nothing with `now`; once yours is final and does not either, say false and those renewals
+    // call nothing.
+    reads: { fields: {}, labelKeys: [], annotationKeys: [], now: true },
   };
 }
 

@@ -8,7 +8,7 @@ The starting rule below is Kubernetes' `OldestEmulationVersion`: lowest emulatio
 lowest binary version, then oldest creation time, then name. Change it to yours, and update
 vectors/{{name}}.json to match.
 
-Candidates arrive as columns (conclave:strategy@0.3.0): element `i` of every list in
+Candidates arrive as columns (conclave:strategy@0.4.0): element `i` of every list in
 `request.candidates` belongs to candidate `i`, candidates are sorted by name, and `elect` answers
 with the winner's position. Versions arrive as orders (a lower order is a lower version);
 `U32_MAX` is a version that does not parse, `I64_MIN` an unknown time.
@@ -33,7 +33,13 @@ class WitWorld(wit_world.WitWorld):
         # Reads(CandidateFields(0), ["topology.kubernetes.io/zone"], [])
         # Every column read is copied into the plugin on every election: ask only for what the
         # rule uses.
-        return PluginInfo(STRATEGIES, DESCRIPTION, VERSION, Reads(CandidateFields(0), [], []))
+        # The last field says whether the answer may depend on `request.now`. True is always safe:
+        # the plugin is called again at every renewal of the Lease by its holder. This starting
+        # rule compares nothing with `now`; once yours is final and does not either, say False
+        # and those renewals call nothing.
+        return PluginInfo(
+            STRATEGIES, DESCRIPTION, VERSION, Reads(CandidateFields(0), [], [], True)
+        )
 
     def elect(self, request: ElectionRequest) -> int | None:
         # Return the winner's position, or None for nobody. To fail the election (e.g. on invalid
