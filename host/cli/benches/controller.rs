@@ -46,10 +46,10 @@
 //! the take-over that makes it the holder (its acquireTime), the holders stepping down when
 //! preferredHolder names it; the new candidates are then deleted and their Leases released, so
 //! the first three candidates hold them again and every turn starts from the same shape. Crash
-//! failover: the sampled Leases' holders stop renewing; from each Lease's expiry (last renewTime
-//! + leaseDurationSeconds) to the next holder's acquireTime. One table, a row per phase, round
-//! and binary: wall time or p50 / p99 / max latency, the controller's CPU, RSS, Lease writes and
-//! conflicts, elections, pings and strategy calls.
+//! failover: the sampled Leases' holders stop renewing; from each Lease's expiry (its last
+//! renewTime plus leaseDurationSeconds) to the next holder's acquireTime. One table, a row per
+//! phase, round and binary: wall time or p50 / p99 / max latency, the controller's CPU, RSS,
+//! Lease writes and conflicts, elections, pings and strategy calls.
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
