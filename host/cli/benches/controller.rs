@@ -33,6 +33,23 @@
 //! the pings answered, and whether the Leases stayed held (most leaderless at once, longest
 //! leaderless, holder changes). Each controller's cost is kube-apiserver's CPU in its phase minus
 //! that of the round's no-controller phase, plus its own process's CPU.
+//!
+//! `CONCLAVE_BENCH_BEFORE=/path/to/old/conclave` compares that binary ("before") with the one the
+//! bench runs otherwise ("after") in one run, on the same server, Leases, candidates and holders:
+//! after the initial elections (by "after"), `CONCLAVE_BENCH_ROUNDS` rounds (default 2) in which
+//! each binary in turn (before, then after) is started once the other is stopped, waited for
+//! until active, every Lease held and `CONCLAVE_BENCH_SETTLE_SECS` (default 10) more, then runs
+//! the same phases: the steady state, the expiry storm, the release storm, the pre-emption
+//! latency and the crash failover latency. The latencies are taken on `CONCLAVE_BENCH_SAMPLE`
+//! Leases (default 100, spread over the N). Pre-emption: a better candidate (emulation version
+//! 1.34.0, older than the three others') is created for each sampled Lease; from its creation to
+//! the take-over that makes it the holder (its acquireTime), the holders stepping down when
+//! preferredHolder names it; the new candidates are then deleted and their Leases released, so
+//! the first three candidates hold them again and every turn starts from the same shape. Crash
+//! failover: the sampled Leases' holders stop renewing; from each Lease's expiry (its last
+//! renewTime plus leaseDurationSeconds) to the next holder's acquireTime. One table, a row per
+//! phase, round and binary: wall time or p50 / p99 / max latency, the controller's CPU, RSS,
+//! Lease writes and conflicts, elections, pings and strategy calls.
 
 use conclave_core::k8s::lease_record;
 use conclave_core::lease::LeaseRecord;
@@ -42,7 +59,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use std::collections::HashMap;
@@ -447,13 +464,12 @@ async fn lease_cache(leases: Api<Lease>) -> LeaseCache {
     cache
 }
 
-/// Every holder releases its Lease at once, as client-go releases (holder "", 1 s, renewTime now),
-/// with a resourceVersion precondition; a conflict is retried on a fresh read.
-async fn release_all(leases: &Api<Lease>) {
-    let list = leases.list(&ListParams::default()).await.expect("list");
-    futures::stream::iter(list.items)
+/// The holders of `leases` release them at once, as client-go releases (holder "", 1 s, renewTime
+/// now), with a resourceVersion precondition; a conflict is retried on a fresh read.
+async fn release(api: &Api<Lease>, leases: Vec<Lease>) {
+    futures::stream::iter(leases)
         .for_each_concurrent(HOLDER_WRITERS, |mut lease| {
-            let api = leases.clone();
+            let api = api.clone();
             async move {
                 let name = lease.metadata.name.clone().unwrap_or_default();
                 loop {
@@ -539,42 +555,52 @@ struct ControllerRun {
 }
 
 impl ControllerRun {
-    /// Starts `conclave run --mode all` (its /metrics on a fresh port) and waits until it is
-    /// active, for at most 120 s.
+    /// The `conclave` binary the bench runs: `CONCLAVE_BENCH_CONCLAVE`, or the one cargo built
+    /// with the bench.
+    fn binary() -> PathBuf {
+        std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into())
+            .into()
+    }
+
+    /// Starts [`ControllerRun::binary`] (see [`ControllerRun::start_binary`]).
     async fn start(&self) -> Controller {
+        self.start_binary(&Self::binary()).await
+    }
+
+    /// Starts `binary run --mode all` (its /metrics on a fresh port) and waits until it is
+    /// active, for at most 120 s.
+    async fn start_binary(&self, binary: &Path) -> Controller {
         let metrics = free_port();
-        let child = std::process::Command::new(
-            std::env::var_os("CONCLAVE_BENCH_CONCLAVE")
-                .unwrap_or_else(|| env!("CARGO_BIN_EXE_conclave").into()),
-        )
-        .args([
-            "run",
-            "--kubeconfig",
-            self.kubeconfig.to_str().unwrap(),
-            "--mode",
-            "all",
-            "--namespace",
-            &self.namespace,
-            "--controller-namespace",
-            "kube-system",
-            "--identity",
-            "bench",
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--ack-window",
-            &format!("{}s", ACK_WINDOW.as_secs()),
-            "--lease-duration-seconds",
-            &self.lease_secs.to_string(),
-            "--workers",
-            &self.workers.to_string(),
-        ])
-        .env(
-            "RUST_LOG",
-            std::env::var("CONCLAVE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("conclave run starts");
+        let child = std::process::Command::new(binary)
+            .args([
+                "run",
+                "--kubeconfig",
+                self.kubeconfig.to_str().unwrap(),
+                "--mode",
+                "all",
+                "--namespace",
+                &self.namespace,
+                "--controller-namespace",
+                "kube-system",
+                "--identity",
+                "bench",
+                "--metrics-addr",
+                &metrics.to_string(),
+                "--ack-window",
+                &format!("{}s", ACK_WINDOW.as_secs()),
+                "--lease-duration-seconds",
+                &self.lease_secs.to_string(),
+                "--workers",
+                &self.workers.to_string(),
+            ])
+            .env(
+                "RUST_LOG",
+                std::env::var("CONCLAVE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("conclave run starts");
         let controller = Controller { child, metrics };
         let started = Instant::now();
         while !metrics_text(metrics)
@@ -1057,6 +1083,540 @@ fn row(phase: &str, wall: &str, from: &Snapshot, to: &Snapshot, window: Option<D
     );
 }
 
+/// The Leases, candidates and timers every phase works on, and the bench's watch cache of the
+/// Leases.
+struct Bench {
+    leases: Api<Lease>,
+    candidates: Api<LeaseCandidate>,
+    cache: LeaseCache,
+    namespace: String,
+    n: usize,
+    renew_every: Duration,
+    lease_secs: i32,
+}
+
+impl Bench {
+    /// Holders of every Lease (see [`Holders::start`]).
+    fn holders(&self) -> Holders {
+        Holders::start(
+            self.leases.clone(),
+            self.cache.clone(),
+            self.renew_every,
+            self.lease_secs,
+        )
+    }
+
+    /// Holders of the Leases `renews` picks (see [`Holders::start_renewing`]).
+    fn holders_renewing(&self, renews: Renews) -> Holders {
+        Holders::start_renewing(
+            self.leases.clone(),
+            self.cache.clone(),
+            self.renew_every,
+            self.lease_secs,
+            renews,
+        )
+    }
+
+    /// The Lease `name` as the bench's cache has it now.
+    fn cached(&self, name: &str) -> Option<LeaseRecord> {
+        self.cache
+            .get(&reflector::ObjectRef::new(name).within(&self.namespace))
+            .map(|lease| lease_record(&lease))
+    }
+}
+
+/// What an expiry storm measured.
+struct ExpiryStorm {
+    /// The controller when the holders had stopped, and once every Lease was re-elected.
+    from: Snapshot,
+    to: Snapshot,
+    /// From the first Lease's expiry to the last's.
+    spread: Duration,
+    /// From the first and from the last expiry until every Lease was re-elected.
+    after_first: Duration,
+    after_last: Duration,
+}
+
+impl ExpiryStorm {
+    fn wall(&self) -> String {
+        format!(
+            "{:.1} s after the first expiry, {:.1} s after the last",
+            self.after_first.as_secs_f64(),
+            self.after_last.as_secs_f64()
+        )
+    }
+}
+
+/// Microseconds as a duration (0 when negative).
+fn micros(micros: i64) -> Duration {
+    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+}
+
+/// Expiry storm, the holders already stopped: the holders of the steady state renew no more;
+/// every Lease expires leaseDurationSeconds after its last renewal, and only the controller's
+/// expiry timers can start the re-elections. Each holder the controller elects then renews, as a
+/// new leader does, so a Lease elected early in the storm does not expire again before the storm
+/// ends. Returns once every Lease is re-elected, no holder renewing.
+async fn expiry_storm(bench: &Bench, controller: &Controller) -> ExpiryStorm {
+    let stopped = micros_now();
+    let from = controller.snapshot().await;
+    let expiries: Arc<HashMap<String, i64>> = Arc::new(
+        bench
+            .leases
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .map(lease_record)
+            .map(|r| {
+                let at = r.expires_at().expect("every Lease is held").as_micros();
+                (r.name, at)
+            })
+            .collect(),
+    );
+    let new_leaders = bench.holders_renewing({
+        let expiries = Arc::clone(&expiries);
+        Arc::new(move |r: &LeaseRecord| {
+            expiries
+                .get(&r.name)
+                .is_some_and(|expiry| r.renew_time.is_some_and(|t| t.as_micros() >= *expiry))
+        })
+    });
+    let first_expiry = *expiries.values().min().expect("Leases");
+    let last_expiry = *expiries.values().max().expect("Leases");
+    wait_leases(&bench.cache, bench.n, "re-elected after expiry", |r| {
+        let renewed = r.renew_time.map_or(0, |t| t.as_micros());
+        let expiry = expiries[&r.name];
+        assert!(
+            renewed <= stopped || renewed >= expiry,
+            "Lease {} was written after the holders stopped but before it expired",
+            r.name
+        );
+        r.holder().is_some() && renewed >= expiry
+    })
+    .await;
+    let reelected = micros_now();
+    let to = controller.snapshot().await;
+    new_leaders.stop().await;
+    ExpiryStorm {
+        from,
+        to,
+        spread: micros(last_expiry - first_expiry),
+        after_first: micros(reelected - first_expiry),
+        after_last: micros(reelected - last_expiry),
+    }
+}
+
+/// What a release storm measured.
+struct ReleaseStorm {
+    /// The controller just before the releases, and once every Lease was re-elected.
+    from: Snapshot,
+    to: Snapshot,
+    /// How long the bench took to write every release.
+    released_in: Duration,
+    /// From the end of the releases until every Lease was re-elected.
+    settled: Duration,
+}
+
+impl ReleaseStorm {
+    fn wall(&self) -> String {
+        format!("{:.1} s after the last release", self.settled.as_secs_f64())
+    }
+}
+
+/// Release storm, no holder renewing: the holders renew again until every candidate is stale (no
+/// ping answered for longer than the ack window), then all release at once. The holders the
+/// controller elects then renew, as in the expiry storm. Returns once every Lease is re-elected,
+/// no holder renewing.
+async fn release_storm(bench: &Bench, controller: &Controller) -> ReleaseStorm {
+    let holders = bench.holders();
+    tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
+    holders.stop().await;
+    let from = controller.snapshot().await;
+    let t1 = micros_now();
+    let release_start = Instant::now();
+    let new_leaders = bench.holders_renewing(Arc::new(move |r: &LeaseRecord| {
+        r.renew_time.is_some_and(|t| t.as_micros() >= t1)
+    }));
+    let list = bench
+        .leases
+        .list(&ListParams::default())
+        .await
+        .expect("list");
+    release(&bench.leases, list.items).await;
+    let released_in = release_start.elapsed();
+    let settled = wait_leases(&bench.cache, bench.n, "re-elected after release", |r| {
+        r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t1)
+    })
+    .await;
+    let to = controller.snapshot().await;
+    new_leaders.stop().await;
+    ReleaseStorm {
+        from,
+        to,
+        released_in,
+        settled,
+    }
+}
+
+/// Which `conclave` binary a turn of the before/after comparison runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Binary {
+    /// `CONCLAVE_BENCH_BEFORE`.
+    Before,
+    /// The one the bench runs otherwise (`CONCLAVE_BENCH_CONCLAVE`, or cargo's).
+    After,
+}
+
+impl Binary {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Before => "before",
+            Self::After => "after",
+        }
+    }
+}
+
+/// One phase of one binary's turn, as the before/after table shows it.
+struct Measured {
+    phase: &'static str,
+    round: usize,
+    binary: Binary,
+    /// The phase's own figure: wall time or latencies.
+    figure: String,
+    from: Snapshot,
+    to: Snapshot,
+    /// The window the CPU is a share of, for a phase of fixed length.
+    window: Option<Duration>,
+    load: String,
+}
+
+/// The order of the before/after table's phases.
+const PHASES: [&str; 6] = [
+    "switch: until active, all Leases held, settled",
+    "steady state",
+    "expiry storm",
+    "release storm",
+    "pre-emption latency",
+    "crash failover latency",
+];
+
+/// The p-th quantile (0 < p <= 1) of `sorted`, nearest rank.
+fn quantile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// p50 / p99 / max of `latencies`, in milliseconds, and how many.
+fn latency_figure(mut latencies: Vec<Duration>) -> String {
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "p50 {:.0} ms / p99 {:.0} ms / max {:.0} ms ({} Leases)",
+        ms(quantile(&latencies, 0.5)),
+        ms(quantile(&latencies, 0.99)),
+        ms(*latencies.last().expect("a sample")),
+        latencies.len()
+    )
+}
+
+/// Polls the bench's cache every 20 ms until `done` has an answer for every name in `names`;
+/// returns the answers in the order of `names`, or panics after `CONCLAVE_BENCH_WAIT_SECS`.
+async fn wait_each<T>(
+    bench: &Bench,
+    names: &[String],
+    what: &str,
+    done: impl Fn(&LeaseRecord) -> Option<T>,
+) -> Vec<T> {
+    let limit = Duration::from_secs(env_u64("CONCLAVE_BENCH_WAIT_SECS", 600));
+    let start = Instant::now();
+    let mut answers: Vec<Option<T>> = names.iter().map(|_| None).collect();
+    loop {
+        for (name, answer) in names.iter().zip(&mut answers) {
+            if answer.is_none() {
+                *answer = bench.cached(name).and_then(|r| done(&r));
+            }
+        }
+        let left = answers.iter().filter(|a| a.is_none()).count();
+        if left == 0 {
+            return answers.into_iter().flatten().collect();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{left}/{} sampled Leases not {what} after {} s",
+            names.len(),
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Pre-emption latency, the holders renewing: on each sampled Lease a better candidate (an older
+/// emulation version than the three others) is created; the time from its creation to the
+/// Lease's holder being it, by the take-over's acquireTime (the holders step down when
+/// preferredHolder names it). Then the new candidates are deleted and their Leases released, so
+/// the best of the three first candidates holds them again and the next phase starts from the
+/// same shape. Returns the latencies.
+async fn preemption(bench: &Bench, sample: &[String], tag: &str) -> Vec<Duration> {
+    let created: Vec<(String, i64)> = futures::stream::iter(sample)
+        .map(|lease| async move {
+            let name = format!("{lease}-{tag}");
+            let mut better = candidate(&bench.namespace, 0, 0);
+            better.metadata.name = Some(name.clone());
+            if let Some(spec) = better.spec.as_mut() {
+                spec.lease_name.clone_from(lease);
+                spec.emulation_version = Some("1.34.0".into());
+            }
+            let at = micros_now();
+            bench
+                .candidates
+                .create(&PostParams::default(), &better)
+                .await
+                .expect("create the better candidate");
+            (name, at)
+        })
+        .buffered(CANDIDATE_CREATORS)
+        .collect()
+        .await;
+    let by_lease: HashMap<&str, &(String, i64)> =
+        sample.iter().map(String::as_str).zip(&created).collect();
+    let latencies = wait_each(bench, sample, "held by the better candidate", |r| {
+        let (name, at) = by_lease.get(r.name.as_str())?;
+        (r.holder() == Some(name.as_str()))
+            .then(|| micros(r.acquire_time.map_or(0, |t| t.as_micros()) - at))
+    })
+    .await;
+    futures::stream::iter(&created)
+        .for_each_concurrent(CANDIDATE_CREATORS, |(name, _)| async move {
+            bench
+                .candidates
+                .delete(name, &DeleteParams::default())
+                .await
+                .expect("delete the better candidate");
+        })
+        .await;
+    let held: Vec<Lease> = futures::stream::iter(sample)
+        .map(|name| bench.leases.get(name))
+        .buffered(CANDIDATE_CREATORS)
+        .map(|lease| lease.expect("get Lease"))
+        .collect()
+        .await;
+    release(&bench.leases, held).await;
+    wait_each(bench, sample, "held again by a first candidate", |r| {
+        let live = r
+            .expires_at()
+            .is_some_and(|at| at.as_micros() > micros_now());
+        (live && r.holder().is_some_and(|h| !h.ends_with(tag))).then_some(())
+    })
+    .await;
+    latencies
+}
+
+/// Crash failover latency, the holders running: they stop, and start again except on the
+/// sampled Leases, whose holders crashed; the time from each sampled Lease's expiry (its last
+/// renewTime + leaseDurationSeconds) to the next holder written (the take-over's acquireTime).
+/// Each holder the controller elects then renews. Returns the latencies and the holders, renewing every Lease.
+async fn crash_failover(
+    bench: &Bench,
+    holders: Holders,
+    sample: &[String],
+) -> (Vec<Duration>, Holders) {
+    holders.stop().await;
+    let crashed = micros_now();
+    let holders = bench.holders_renewing({
+        let sample: Vec<String> = sample.to_vec();
+        Arc::new(move |r: &LeaseRecord| {
+            !sample.contains(&r.name) || r.renew_time.is_some_and(|t| t.as_micros() > crashed)
+        })
+    });
+    let expiries: Vec<i64> = futures::stream::iter(sample)
+        .map(|name| bench.leases.get(name))
+        .buffered(CANDIDATE_CREATORS)
+        .map(|lease| {
+            lease_record(&lease.expect("get Lease"))
+                .expires_at()
+                .expect("every sampled Lease is held")
+                .as_micros()
+        })
+        .collect()
+        .await;
+    let written = wait_each(bench, sample, "re-elected after the crash", |r| {
+        r.holder()?;
+        r.acquire_time
+            .map(|t| t.as_micros())
+            .filter(|&t| t > crashed)
+    })
+    .await;
+    let latencies = written
+        .iter()
+        .zip(&expiries)
+        .map(|(written, expiry)| micros(written - expiry))
+        .collect();
+    holders.stop().await;
+    (latencies, bench.holders())
+}
+
+/// The before/after comparison (`CONCLAVE_BENCH_BEFORE`): on the same server, Leases, candidates
+/// and holders, the two binaries take turns (before, after, before, after ...), one running at a
+/// time, each turn running the same phases.
+struct BeforeAfter<'a> {
+    bench: &'a Bench,
+    run: &'a ControllerRun,
+    before: PathBuf,
+    after: PathBuf,
+    /// The sampled Leases of the latency phases.
+    sample: Vec<String>,
+    steady: Duration,
+    settle: Duration,
+    rounds: usize,
+}
+
+impl BeforeAfter<'_> {
+    /// Runs the rounds, the holders renewing every Lease and `controller` (the after binary, which
+    /// ran the initial elections) electing; returns every phase measured.
+    async fn run(self, controller: Controller, mut holders: Holders) -> Vec<Measured> {
+        let mut controller = Some(controller);
+        let mut measured = Vec::new();
+        for round in 1..=self.rounds {
+            for binary in [Binary::Before, Binary::After] {
+                let mut phase = |phase, figure, from, to, window| {
+                    measured.push(Measured {
+                        phase,
+                        round,
+                        binary,
+                        figure,
+                        from,
+                        to,
+                        window,
+                        load: load(),
+                    });
+                };
+                progress(&format!("round {round}: {}, switching", binary.name()));
+                // The running controller stops before the other starts: one elects at a time.
+                drop(controller.take());
+                let switch_start = Instant::now();
+                let c = self.run.start_binary(match binary {
+                    Binary::Before => &self.before,
+                    Binary::After => &self.after,
+                });
+                let c = c.await;
+                let started = c.snapshot().await;
+                let now = micros_now();
+                wait_leases(
+                    &self.bench.cache,
+                    self.bench.n,
+                    "held after the switch",
+                    |r| {
+                        r.holder().is_some()
+                            && r.expires_at().is_some_and(|at| at.as_micros() > now)
+                    },
+                )
+                .await;
+                tokio::time::sleep(self.settle).await;
+                phase(
+                    PHASES[0],
+                    format!("{:.1} s", switch_start.elapsed().as_secs_f64()),
+                    started,
+                    c.snapshot().await,
+                    None,
+                );
+
+                progress(&format!("round {round}: {}, steady state", binary.name()));
+                let from = c.snapshot().await;
+                let stats_from = holders.new_window();
+                tokio::time::sleep(self.steady).await;
+                let stats = holders.stats() - stats_from;
+                phase(
+                    PHASES[1],
+                    format!(
+                        "{} s: {} renewals, {} failed",
+                        self.steady.as_secs(),
+                        stats.renewals,
+                        stats.failures
+                    ),
+                    from,
+                    c.snapshot().await,
+                    Some(self.steady),
+                );
+
+                progress(&format!("round {round}: {}, expiry storm", binary.name()));
+                holders.stop().await;
+                let storm = expiry_storm(self.bench, &c).await;
+                phase(PHASES[2], storm.wall(), storm.from, storm.to, None);
+
+                progress(&format!("round {round}: {}, release storm", binary.name()));
+                let storm = release_storm(self.bench, &c).await;
+                phase(PHASES[3], storm.wall(), storm.from, storm.to, None);
+
+                progress(&format!("round {round}: {}, pre-emption", binary.name()));
+                holders = self.bench.holders();
+                let from = c.snapshot().await;
+                let tag = format!("r{round}-{}", binary.name());
+                let latencies = preemption(self.bench, &self.sample, &tag).await;
+                phase(
+                    PHASES[4],
+                    latency_figure(latencies),
+                    from,
+                    c.snapshot().await,
+                    None,
+                );
+
+                progress(&format!("round {round}: {}, crash failover", binary.name()));
+                let from = c.snapshot().await;
+                let (latencies, renewing) = crash_failover(self.bench, holders, &self.sample).await;
+                holders = renewing;
+                phase(
+                    PHASES[5],
+                    latency_figure(latencies),
+                    from,
+                    c.snapshot().await,
+                    None,
+                );
+                controller = Some(c);
+            }
+        }
+        drop(controller);
+        holders.stop().await;
+        measured
+    }
+}
+
+/// Prints the before/after table: per phase, round and binary, next to each other.
+fn print_before_after(measured: &[Measured]) {
+    println!(
+        "| phase | round | binary | wall time / latency | controller CPU (s) | controller RSS at end (peak) (MiB) | Lease writes (conflicts) | take-overs / pre-emptions / preferredHolder cleared | pings | strategy calls | load at the end |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for phase in PHASES {
+        for m in measured.iter().filter(|m| m.phase == phase) {
+            let cpu = m.to.cpu - m.from.cpu;
+            let cpu = match m.window {
+                Some(w) => format!("{cpu:.2} ({:.1}%)", 100.0 * cpu / w.as_secs_f64()),
+                None => format!("{cpu:.2}"),
+            };
+            let c = m.to.counters - m.from.counters;
+            println!(
+                "| {} | {} | {} | {} | {cpu} | {:.1} ({:.1}) | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} | {} |",
+                m.phase,
+                m.round,
+                m.binary.name(),
+                m.figure,
+                m.to.rss,
+                m.to.peak_rss,
+                c.lease_writes,
+                c.lease_conflicts,
+                c.take_overs,
+                c.preemptions,
+                c.preferred_cleared,
+                c.pings,
+                c.strategy_calls,
+                m.load,
+            );
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -1073,6 +1633,12 @@ async fn main() {
         "CONCLAVE_BENCH_BUILTIN=1 compares with kube-apiserver's built-in controller: it needs \
          CONCLAVE_BENCH_SERVER=kube"
     );
+    let before = std::env::var_os("CONCLAVE_BENCH_BEFORE").map(PathBuf::from);
+    assert!(
+        !(side_by_side && before.is_some()),
+        "CONCLAVE_BENCH_BUILTIN=1 and CONCLAVE_BENCH_BEFORE are separate runs"
+    );
+    let sample = (env_u64("CONCLAVE_BENCH_SAMPLE", 100) as usize).clamp(1, n);
     let settle = Duration::from_secs(env_u64("CONCLAVE_BENCH_SETTLE_SECS", 10));
     let rounds = env_u64("CONCLAVE_BENCH_ROUNDS", 2) as usize;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1098,8 +1664,17 @@ async fn main() {
     progress("controller active; creating the candidates");
 
     // Initial elections; each holder renews from the moment it is elected.
-    let cache = lease_cache(leases.clone()).await;
-    let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
+    let bench = Bench {
+        leases: leases.clone(),
+        candidates: candidates.clone(),
+        cache: lease_cache(leases.clone()).await,
+        namespace: ns.clone(),
+        n,
+        renew_every,
+        lease_secs,
+    };
+    let cache = bench.cache.clone();
+    let holders = bench.holders();
     let t0 = micros_now();
     let create_start = Instant::now();
     futures::stream::iter(0..n)
@@ -1159,6 +1734,42 @@ async fn main() {
         print_side_by_side(&phases);
         return;
     }
+    if let Some(before) = before {
+        progress("initial elections done; before and after");
+        println!(
+            "Before and after on {}: {n} Leases x 3 candidates (OldestEmulationVersion), holders \
+             renew every {} s with a {lease_secs} s Lease; `conclave run --mode all \
+             --lease-duration-seconds {lease_secs} --workers {workers}`; before = {}, after = {}; \
+             {rounds} rounds; each turn settles {} s after its switch; latencies over {sample} \
+             Leases; {} candidates created in {:.1} s, all Leases held {:.1} s after the first \
+             create; load at the start {}",
+            server.name(),
+            renew_every.as_secs(),
+            before.display(),
+            ControllerRun::binary().display(),
+            settle.as_secs(),
+            n * 3,
+            created_in.as_secs_f64(),
+            created_in.as_secs_f64() + elect.as_secs_f64(),
+            load(),
+        );
+        let measured = BeforeAfter {
+            bench: &bench,
+            run: &run,
+            before,
+            after: ControllerRun::binary(),
+            sample: (0..sample)
+                .map(|k| format!("l{}", k * n / sample))
+                .collect(),
+            steady,
+            settle,
+            rounds,
+        }
+        .run(controller, holders)
+        .await;
+        print_before_after(&measured);
+        return;
+    }
     progress("initial elections done; steady state");
     let steady_start = holders.new_window();
 
@@ -1167,85 +1778,15 @@ async fn main() {
     let steady_end = controller.snapshot().await;
     let steady_stats = holders.stats() - steady_start;
     holders.stop().await;
-    let stopped = micros_now();
-    let after_renewals = controller.snapshot().await;
     progress("holders stopped; expiry storm");
-
-    // Expiry storm: the holders of the steady state renew no more; every Lease expires
-    // leaseDurationSeconds after its last renewal, and only the controller's expiry timers can
-    // start the re-elections. Each holder the controller elects then renews, as a new leader does,
-    // so a Lease elected early in the storm does not expire again before the storm ends.
-    let expiries: Arc<HashMap<String, i64>> = Arc::new(
-        leases
-            .list(&ListParams::default())
-            .await
-            .expect("list")
-            .items
-            .iter()
-            .map(lease_record)
-            .map(|r| {
-                let at = r.expires_at().expect("every Lease is held").as_micros();
-                (r.name, at)
-            })
-            .collect(),
-    );
-    let new_leaders =
-        Holders::start_renewing(leases.clone(), cache.clone(), renew_every, lease_secs, {
-            let expiries = Arc::clone(&expiries);
-            Arc::new(move |r: &LeaseRecord| {
-                expiries
-                    .get(&r.name)
-                    .is_some_and(|expiry| r.renew_time.is_some_and(|t| t.as_micros() >= *expiry))
-            })
-        });
-    let first_expiry = *expiries.values().min().expect("Leases");
-    let last_expiry = *expiries.values().max().expect("Leases");
-    wait_leases(&cache, n, "re-elected after expiry", |r| {
-        let renewed = r.renew_time.map_or(0, |t| t.as_micros());
-        let expiry = expiries[&r.name];
-        assert!(
-            renewed <= stopped || renewed >= expiry,
-            "Lease {} was written after the holders stopped but before it expired",
-            r.name
-        );
-        r.holder().is_some() && renewed >= expiry
-    })
-    .await;
-    let reelected_micros = micros_now();
-    let expiry_storm = controller.snapshot().await;
-    new_leaders.stop().await;
+    let expiry = expiry_storm(&bench, &controller).await;
     progress("expiry storm settled; release storm");
-
-    // Release storm: the holders renew again until every candidate is stale (no ping answered for
-    // longer than the ack window), then all release at once. The holders the controller elects
-    // then renew, as in the expiry storm.
-    let holders = Holders::start(leases.clone(), cache.clone(), renew_every, lease_secs);
-    tokio::time::sleep(ACK_WINDOW + Duration::from_secs(1)).await;
-    holders.stop().await;
-    let before_release = controller.snapshot().await;
-    let t1 = micros_now();
-    let release_start = Instant::now();
-    let new_leaders = Holders::start_renewing(
-        leases.clone(),
-        cache.clone(),
-        renew_every,
-        lease_secs,
-        Arc::new(move |r: &LeaseRecord| r.renew_time.is_some_and(|t| t.as_micros() >= t1)),
-    );
-    release_all(&leases).await;
-    let released_in = release_start.elapsed();
-    let release_storm = wait_leases(&cache, n, "re-elected after release", |r| {
-        r.holder().is_some() && r.renew_time.is_some_and(|t| t.as_micros() >= t1)
-    })
-    .await;
-    let released = controller.snapshot().await;
-    new_leaders.stop().await;
+    let release = release_storm(&bench, &controller).await;
     drop(controller);
     let server_name = server.name();
     let embedded_emulator = matches!(server, Server::Emulator(_));
     drop(server);
 
-    let secs = |micros: i64| micros as f64 / 1e6;
     println!(
         "Controller on {server_name}: {n} Leases x 3 candidates, `conclave run --mode all \
          --lease-duration-seconds {lease_secs} --workers {workers}`; holders renew every {} s",
@@ -1293,28 +1834,21 @@ async fn main() {
     row(
         &format!(
             "expiry storm: holders stop, all {n} expire within {:.1} s, all re-elected",
-            secs(last_expiry - first_expiry)
+            expiry.spread.as_secs_f64()
         ),
-        &format!(
-            "{:.1} s after the first expiry, {:.1} s after the last",
-            secs(reelected_micros - first_expiry),
-            secs(reelected_micros - last_expiry)
-        ),
-        &after_renewals,
-        &expiry_storm,
+        &expiry.wall(),
+        &expiry.from,
+        &expiry.to,
         None,
     );
     row(
         &format!(
             "release storm: all {n} released (in {:.1} s), all re-elected",
-            released_in.as_secs_f64()
+            release.released_in.as_secs_f64()
         ),
-        &format!(
-            "{:.1} s after the last release",
-            release_storm.as_secs_f64()
-        ),
-        &before_release,
-        &released,
+        &release.wall(),
+        &release.from,
+        &release.to,
         None,
     );
     let (bench_cpu, bench_rss, bench_peak) = usage(std::process::id());
