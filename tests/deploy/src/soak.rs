@@ -108,7 +108,8 @@ pub struct NodeSoakReport {
 }
 
 impl NodeSoakReport {
-    /// Whether the run is clean: the checker's verdict and no candidate exiting unasked.
+    /// Whether the run is clean: the checker's verdict, no candidate exiting unasked and no
+    /// `HolderDead` Event naming a live process.
     pub fn clean(&self) -> bool {
         self.verdict.clean() && self.unexpected_exits.is_empty() && self.wrongly_dead.is_empty()
     }
@@ -388,6 +389,17 @@ fn restarts(pod: &Pod) -> i32 {
         .unwrap_or(0)
 }
 
+/// SIGKILLs `container` through containerd; `false` when its task had already ended (the Pod's
+/// status read a moment earlier still showed it running): an ended task is not an error, and a
+/// process that ended on its own shows as a restart nobody asked for.
+fn kill_if_running(node: &Node, container: &str) -> Result<bool, Error> {
+    match node.kill_container(container) {
+        Ok(()) => Ok(true),
+        Err(_) if node.container_pid(container).is_err() => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Whether process `pid` is gone (or a zombie: it has exited, its shim not yet reaped it).
 fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -455,7 +467,9 @@ impl Soak<'_> {
         let Ok(pid) = self.node.container_pid(&container) else {
             return Ok(false);
         };
-        self.node.kill_container(&container)?;
+        if !kill_if_running(self.node, &container)? {
+            return Ok(false);
+        }
         let deadline = Instant::now() + GONE_TIMEOUT;
         while !process_gone(pid) {
             if Instant::now() > deadline {
@@ -631,8 +645,9 @@ impl Soak<'_> {
         }) else {
             return Ok(());
         };
-        if let Some((container, _)) = running_container(active) {
-            self.node.kill_container(&container)?;
+        if let Some((container, _)) = running_container(active)
+            && kill_if_running(self.node, &container)?
+        {
             self.report.controller_kills += 1;
         }
         Ok(())
