@@ -674,7 +674,6 @@ impl fmt::Display for Report {
     /// The table, in Markdown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = &self.verdict;
-        let by = |after: &str| v.hand_offs.iter().filter(|h| h.after == after).count();
         let faults: Vec<String> = self
             .faults
             .iter()
@@ -683,7 +682,6 @@ impl fmt::Display for Report {
         let (graceful, graceful_gaps) = gap_summary(v.hand_offs.iter().filter(|h| h.graceful()));
         let (crashed, crash_gaps) = gap_summary(v.hand_offs.iter().filter(|h| !h.graceful()));
         let longest = v.hand_offs.iter().map(|h| h.gap).max();
-        let minutes = self.elapsed.as_secs_f64() / 60.0;
         let rows = [
             ("server", self.server.to_owned()),
             ("seed", self.config.seed.to_string()),
@@ -702,20 +700,7 @@ impl fmt::Display for Report {
                     self.events
                 ),
             ),
-            (
-                "hand-offs",
-                format!(
-                    "{} ({:.0}/min; after pre-emption {}, SIGTERM {}, SIGKILL {}, lost Lease {}; \
-                     same process again {})",
-                    v.hand_offs.len(),
-                    v.hand_offs.len() as f64 / minutes.max(f64::EPSILON),
-                    by("preempted"),
-                    by("shutdown"),
-                    by("killed"),
-                    by("lease-lost"),
-                    v.hand_offs.iter().filter(|h| h.same_identity).count()
-                ),
-            ),
+            ("hand-offs", v.hand_off_summary(self.elapsed)),
             ("terms", format!("{} (ends {:?})", v.terms, v.ends)),
             (
                 "events",

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use conclave_deploy_tests::image::locate_image;
 use conclave_deploy_tests::workloads::{
     COMPONENT, COMPONENT_NAMESPACE, SCHEDULER, SCHEDULER_LEASE, SCHEDULER_NAMESPACE,
-    component_manifest, is_identity_of, load_image, look_at_election, one_node_chart_flags,
+    component_manifest, install_chart_on_one_node, is_identity_of, load_image, look_at_election,
     rolled_out, scheduler_manifest,
 };
 use conclave_deploy_tests::{
@@ -110,10 +110,7 @@ async fn main() -> BenchResult<()> {
         let out = run(&helm, &all, None)?;
         ok(&out.command, out.success(), &out.stderr)
     };
-    let on_one_node = one_node_chart_flags(&image.reference)?;
-    let mut install = vec!["install", FULL_NAME, &chart, "--create-namespace"];
-    install.extend(on_one_node.iter().map(String::as_str));
-    helm_run(&install)?;
+    install_chart_on_one_node(&helm, &plane, &image.reference, &[])?;
     rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT).await?;
 
     let component = component_manifest(&image.reference)?;

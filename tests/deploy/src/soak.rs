@@ -316,18 +316,8 @@ fn pod_manifest(name: &str, lease: &str, minor: u64, image: &str) -> Result<Pod,
 /// The namespace, ServiceAccount and RBAC of the soak's candidates (what
 /// `deploy/examples/component.yaml` grants its component).
 async fn prepare_namespace(client: &Client) -> Result<(), Error> {
-    let create = |result: Result<(), kube::Error>| match result {
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        other => other,
-    };
-    let params = PostParams::default();
     let namespace: Namespace = from_json(json!({"metadata": {"name": SOAK_NAMESPACE}}))?;
-    create(
-        Api::<Namespace>::all(client.clone())
-            .create(&params, &namespace)
-            .await
-            .map(drop),
-    )?;
+    create_once(Api::all(client.clone()), &namespace).await?;
     let account: ServiceAccount = from_json(json!({"metadata": {"name": "soak-candidate"}}))?;
     let role: Role = from_json(json!({
         "metadata": {"name": "soak-candidate"},
@@ -343,25 +333,22 @@ async fn prepare_namespace(client: &Client) -> Result<(), Error> {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "soak-candidate"},
         "subjects": [{"kind": "ServiceAccount", "name": "soak-candidate", "namespace": SOAK_NAMESPACE}]
     }))?;
-    create(
-        Api::<ServiceAccount>::namespaced(client.clone(), SOAK_NAMESPACE)
-            .create(&params, &account)
-            .await
-            .map(drop),
-    )?;
-    create(
-        Api::<Role>::namespaced(client.clone(), SOAK_NAMESPACE)
-            .create(&params, &role)
-            .await
-            .map(drop),
-    )?;
-    create(
-        Api::<RoleBinding>::namespaced(client.clone(), SOAK_NAMESPACE)
-            .create(&params, &binding)
-            .await
-            .map(drop),
-    )?;
+    create_once(Api::namespaced(client.clone(), SOAK_NAMESPACE), &account).await?;
+    create_once(Api::namespaced(client.clone(), SOAK_NAMESPACE), &role).await?;
+    create_once(Api::namespaced(client.clone(), SOAK_NAMESPACE), &binding).await?;
     Ok(())
+}
+
+/// Creates `object` through `api`, unless it exists already (a `409 AlreadyExists`).
+async fn create_once<K>(api: Api<K>, object: &K) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::Serialize,
+    K: k8s_openapi::serde::de::DeserializeOwned,
+{
+    match api.create(&PostParams::default(), object).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other.map(drop).map_err(Error::from),
+    }
 }
 
 fn from_json<T: k8s_openapi::serde::de::DeserializeOwned>(
@@ -816,10 +803,8 @@ impl fmt::Display for NodeSoakReport {
     /// The table, in Markdown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = &self.verdict;
-        let by = |after: &str| v.hand_offs.iter().filter(|h| h.after == after).count();
         let (graceful, graceful_gaps) = gap_summary(v.hand_offs.iter().filter(|h| h.graceful()));
         let (crashed, crash_gaps) = gap_summary(v.hand_offs.iter().filter(|h| !h.graceful()));
-        let minutes = self.elapsed.as_secs_f64() / 60.0;
         let rows = [
             ("server", "kube-apiserver + a real node (kubelet, containerd), the chart's controller, pod liveness on".to_owned()),
             ("seed", self.config.seed.to_string()),
@@ -831,20 +816,7 @@ impl fmt::Display for NodeSoakReport {
                 "duration",
                 format!("{:.0} s, {} processes", self.elapsed.as_secs_f64(), self.processes),
             ),
-            (
-                "hand-offs",
-                format!(
-                    "{} ({:.0}/min; after pre-emption {}, SIGTERM {}, SIGKILL {}, lost Lease {}; \
-                     same process again {})",
-                    v.hand_offs.len(),
-                    v.hand_offs.len() as f64 / minutes.max(f64::EPSILON),
-                    by("preempted"),
-                    by("shutdown"),
-                    by("killed"),
-                    by("lease-lost"),
-                    v.hand_offs.iter().filter(|h| h.same_identity).count()
-                ),
-            ),
+            ("hand-offs", v.hand_off_summary(self.elapsed)),
             ("terms", format!("{} (ends {:?})", v.terms, v.ends)),
             (
                 "container kills (SIGKILL through containerd)",

@@ -98,6 +98,25 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The hand-offs in one line for a soak table: how many, per minute of `elapsed`, by how the
+    /// previous term ended, and how many went back to the same process.
+    #[must_use]
+    pub fn hand_off_summary(&self, elapsed: Duration) -> String {
+        let by = |after: &str| self.hand_offs.iter().filter(|h| h.after == after).count();
+        let minutes = elapsed.as_secs_f64() / 60.0;
+        format!(
+            "{} ({:.0}/min; after pre-emption {}, SIGTERM {}, SIGKILL {}, lost Lease {}; same \
+             process again {})",
+            self.hand_offs.len(),
+            self.hand_offs.len() as f64 / minutes.max(f64::EPSILON),
+            by("preempted"),
+            by("shutdown"),
+            by("killed"),
+            by("lease-lost"),
+            self.hand_offs.iter().filter(|h| h.same_identity).count()
+        )
+    }
+
     /// Whether it found neither overlaps, nor leaked tasks, nor unreadable output.
     pub fn clean(&self) -> bool {
         self.overlaps.is_empty() && self.leaked.is_empty() && self.errors.is_empty()
