@@ -20,6 +20,9 @@
 //! `CONCLAVE_BENCH_CONCLAVE` (the `conclave` binary to run, default the one cargo built with the
 //! bench; worktrees sharing one target directory overwrite each other's) and
 //! `CONCLAVE_BENCH_LOG` (the controller's `RUST_LOG`, default `warn`; its log goes to stderr).
+//! `CONCLAVE_BENCH_STRATEGY` names the strategy every candidate asks for (default
+//! `OldestEmulationVersion`, the built-in plugin), and `CONCLAVE_BENCH_PLUGINS` a directory
+//! passed to `conclave run --plugins`, so the same phases run under a loaded plugin.
 //!
 //! `CONCLAVE_BENCH_BUILTIN=1` (with `CONCLAVE_BENCH_SERVER=kube`) replaces the steady state and
 //! the storms by the steady state side by side with kube-apiserver's built-in controller, on the
@@ -46,7 +49,8 @@
 //! the take-over that makes it the holder (its acquireTime), the holders stepping down when
 //! preferredHolder names it; the new candidates are then deleted and their Leases released, so
 //! the first three candidates hold them again and every turn starts from the same shape. Crash
-//! failover: the sampled Leases' holders stop renewing; from each Lease's expiry (its last
+//! failover: the sampled Leases' holders stop renewing, once each has renewed since its term
+//! began (a leader that renewed, not one that never did); from each Lease's expiry (its last
 //! renewTime plus leaseDurationSeconds) to the next holder's acquireTime. One table, a row per
 //! phase, round and binary: wall time or p50 / p99 / max latency, the controller's CPU, RSS,
 //! Lease writes and conflicts, elections, pings and strategy calls.
@@ -226,6 +230,11 @@ fn micros_now() -> i64 {
     conclave_core::k8s::timestamp(jiff::Timestamp::now()).as_micros()
 }
 
+/// The strategy every candidate asks for (`CONCLAVE_BENCH_STRATEGY`).
+fn strategy() -> String {
+    std::env::var("CONCLAVE_BENCH_STRATEGY").unwrap_or_else(|_| "OldestEmulationVersion".into())
+}
+
 fn candidate(ns: &str, lease: usize, i: usize) -> LeaseCandidate {
     LeaseCandidate {
         metadata: ObjectMeta {
@@ -237,7 +246,7 @@ fn candidate(ns: &str, lease: usize, i: usize) -> LeaseCandidate {
             lease_name: format!("l{lease}"),
             binary_version: "1.37.0".into(),
             emulation_version: Some(format!("1.3{}.0", 5 + i)),
-            strategy: "OldestEmulationVersion".into(),
+            strategy: strategy(),
             renew_time: Some(now()),
             ping_time: None,
         }),
@@ -572,9 +581,13 @@ impl ControllerRun {
     /// active, for at most 120 s.
     async fn start_binary(&self, binary: &Path) -> Controller {
         let metrics = free_port();
-        let child = std::process::Command::new(binary)
+        let mut command = std::process::Command::new(binary);
+        command.arg("run");
+        if let Some(plugins) = std::env::var_os("CONCLAVE_BENCH_PLUGINS") {
+            command.arg("--plugins").arg(plugins);
+        }
+        let child = command
             .args([
-                "run",
                 "--kubeconfig",
                 self.kubeconfig.to_str().unwrap(),
                 "--mode",
@@ -1413,15 +1426,23 @@ async fn preemption(bench: &Bench, sample: &[String], tag: &str) -> Vec<Duration
     latencies
 }
 
-/// Crash failover latency, the holders running: they stop, and start again except on the
-/// sampled Leases, whose holders crashed; the time from each sampled Lease's expiry (its last
-/// renewTime + leaseDurationSeconds) to the next holder written (the take-over's acquireTime).
-/// Each holder the controller elects then renews. Returns the latencies and the holders, renewing every Lease.
+/// Crash failover latency, the holders running: once every sampled Lease's holder has renewed it
+/// since its term began (so that the crash is that of a leader that renewed, and the controller
+/// takes the ordinary expiry path, not that of a holder who never renewed what it was given),
+/// they stop, and start again except on the sampled Leases, whose holders crashed; the time from
+/// each sampled Lease's expiry (its last renewTime + leaseDurationSeconds) to the next holder
+/// written (the take-over's acquireTime). Each holder the controller elects then renews. Returns
+/// the latencies and the holders, renewing every Lease.
 async fn crash_failover(
     bench: &Bench,
     holders: Holders,
     sample: &[String],
 ) -> (Vec<Duration>, Holders) {
+    wait_each(bench, sample, "renewed by its holder", |r| {
+        r.holder()?;
+        (r.renew_time? > r.acquire_time?).then_some(())
+    })
+    .await;
     holders.stop().await;
     let crashed = micros_now();
     let holders = bench.holders_renewing({
@@ -1703,12 +1724,13 @@ async fn main() {
         };
         println!(
             "Steady state side by side on kube-apiserver {} at {}: {n} Leases x 3 candidates \
-             (OldestEmulationVersion), holders renew every {} s with a {lease_secs} s Lease; \
+             ({}), holders renew every {} s with a {lease_secs} s Lease; \
              `conclave run --mode all --lease-duration-seconds {lease_secs} --workers {workers}`; \
              {} candidates created in {:.1} s, all Leases held {:.1} s after the first create; \
              each phase settles {} s after its switch, then is measured for {} s; load at the start {}",
             conclave_testkit::KUBERNETES_VERSION,
             plane.server_url(),
+            strategy(),
             renew_every.as_secs(),
             n * 3,
             created_in.as_secs_f64(),
@@ -1737,13 +1759,14 @@ async fn main() {
     if let Some(before) = before {
         progress("initial elections done; before and after");
         println!(
-            "Before and after on {}: {n} Leases x 3 candidates (OldestEmulationVersion), holders \
+            "Before and after on {}: {n} Leases x 3 candidates ({}), holders \
              renew every {} s with a {lease_secs} s Lease; `conclave run --mode all \
              --lease-duration-seconds {lease_secs} --workers {workers}`; before = {}, after = {}; \
              {rounds} rounds; each turn settles {} s after its switch; latencies over {sample} \
              Leases; {} candidates created in {:.1} s, all Leases held {:.1} s after the first \
              create; load at the start {}",
             server.name(),
+            strategy(),
             renew_every.as_secs(),
             before.display(),
             ControllerRun::binary().display(),
@@ -1788,8 +1811,12 @@ async fn main() {
     drop(server);
 
     println!(
-        "Controller on {server_name}: {n} Leases x 3 candidates, `conclave run --mode all \
-         --lease-duration-seconds {lease_secs} --workers {workers}`; holders renew every {} s",
+        "Controller on {server_name}: {n} Leases x 3 candidates ({}), `conclave run --mode all \
+         --lease-duration-seconds {lease_secs} --workers {workers}`{}; holders renew every {} s",
+        strategy(),
+        std::env::var("CONCLAVE_BENCH_PLUGINS")
+            .map(|dir| format!(" (with `--plugins {dir}`)"))
+            .unwrap_or_default(),
         renew_every.as_secs()
     );
     println!(

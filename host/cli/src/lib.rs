@@ -66,9 +66,19 @@ pub(crate) fn init_logging(default_level: &str, format: LogFormat) {
     };
 }
 
-/// The multi-threaded Tokio runtime a subcommand runs on.
+/// The multi-threaded Tokio runtime a subcommand runs on (one worker thread per core).
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the Tokio runtime")
+}
+
+/// A Tokio runtime with `threads` worker threads, for a subcommand whose CPU-heavy work runs on
+/// the blocking pool (`conclave run`'s strategy calls), so its workers only do I/O.
+pub(crate) fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .build()
         .context("starting the Tokio runtime")

@@ -24,6 +24,13 @@ pub struct RunArgs {
     /// Leases reconciled in parallel.
     #[arg(long, env = "CONCLAVE_WORKERS", default_value_t = 16)]
     pub workers: usize,
+    /// Threads that run the controller's I/O: its watches, writes, timers and election steps.
+    /// Strategy calls do not run on them but on a pool of their own (at most --workers at a
+    /// time), so one thread serves tens of thousands of Leases, and each watch event then wakes
+    /// one thread instead of handing work between several (at 10,000 Leases renewing every 2 s,
+    /// half the CPU of two threads, and faster storms; docs/benchmarks.md).
+    #[arg(long, env = "CONCLAVE_IO_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub io_threads: u16,
     /// A candidate is fresh if it renewed within this window; pings wait this long for an ack.
     #[arg(long, env = "CONCLAVE_ACK_WINDOW", value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub ack_window: Duration,
@@ -170,7 +177,7 @@ fn in_pod() -> bool {
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     super::init_logging("info", args.log_format);
-    let runtime = super::runtime()?;
+    let runtime = super::runtime_with(args.io_threads.into())?;
     runtime.block_on(serve(args))
 }
 

@@ -1,13 +1,16 @@
-//! Warm caches of Leases and LeaseCandidates, fed by kube-rs reflectors, one pair per watched
-//! scope (the whole cluster, or each `--namespace`), and the reads a step makes from them. What a
-//! watch event does besides updating its store (enqueue, ack counting, the candidate index) is in
-//! [`super::index`].
+//! Warm caches of Leases and LeaseCandidates, fed by one pair of watches per watched scope (the
+//! whole cluster, or each `--namespace`), and the reads a step makes from them. Candidates are
+//! kept in kube-rs reflector stores; Leases in [`index::Renewals`], one entry per Lease with what
+//! this controller saw of its renewal, so that a renewal, thousands a second at scale, costs one
+//! lookup (issue 31). What a watch event does besides updating the cache (enqueue, ack counting,
+//! the candidate index) is in [`super::index`].
 
 use super::index::{self, CandidateIndex, Pings};
 use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
+use super::wire::Cached;
 use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,18 +21,11 @@ use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinSet;
 
-/// Drops what no election step reads from an object before it enters a store: its managedFields
-/// (typically a third of a small object's size, and held for every cached Lease and candidate).
-/// Writes built from a cached object then carry no managedFields, which the API server reads as
-/// "keep the stored ones" (an empty or absent list never clears them).
-pub fn slim<K: kube::Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-}
-
 struct Scope {
     namespace: Option<String>,
-    leases: Store<Lease>,
-    candidates: Store<LeaseCandidate>,
+    /// True once the Lease watch's first list is in the cache.
+    leases_listed: tokio::sync::watch::Receiver<bool>,
+    candidates: Store<Cached<LeaseCandidate>>,
     index: Arc<Mutex<CandidateIndex>>,
 }
 
@@ -42,7 +38,7 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Starts reflectors for each scope (`namespaces` empty = cluster-wide) on `tasks`, each
+    /// Starts the watches of each scope (`namespaces` empty = cluster-wide) on `tasks`, each
     /// feeding [`index::leases`] or [`index::candidates`], which enqueue on `queue` and count the
     /// acks of pings recorded in `pings`.
     pub fn start(
@@ -61,33 +57,30 @@ impl Caches {
         let renewals = Arc::new(index::Renewals::default());
         let mut built = Vec::new();
         for namespace in scopes {
-            let (lease_api, candidate_api): (Api<Lease>, Api<LeaseCandidate>) = match &namespace {
-                Some(ns) => (
-                    Api::namespaced(client.clone(), ns),
-                    Api::namespaced(client.clone(), ns),
-                ),
-                None => (Api::all(client.clone()), Api::all(client.clone())),
-            };
-            let (leases, lease_writer) = reflector::store();
-            let lease_events = reflector::reflector(
-                lease_writer,
-                watcher(lease_api, watcher::Config::default()).modify(slim),
-            )
-            .default_backoff();
-            let (store, own, renewed, q) = (
-                leases.clone(),
+            let (lease_api, candidate_api): (Api<Cached<Lease>>, Api<Cached<LeaseCandidate>>) =
+                match &namespace {
+                    Some(ns) => (
+                        Api::namespaced(client.clone(), ns),
+                        Api::namespaced(client.clone(), ns),
+                    ),
+                    None => (Api::all(client.clone()), Api::all(client.clone())),
+                };
+            let (listed, leases_listed) = tokio::sync::watch::channel(false);
+            let lease_events = watcher(lease_api, watcher::Config::default()).default_backoff();
+            let (scope, own, renewed, q) = (
+                namespace.clone(),
                 own_writes.clone(),
                 renewals.clone(),
                 queue.clone(),
             );
             tasks.spawn(async move {
-                index::leases(lease_events, &store, &own, &renewed, &q).await;
+                index::leases(lease_events, scope.as_deref(), &own, &renewed, &q, &listed).await;
             });
 
             let (candidates, candidate_writer) = reflector::store();
             let candidate_events = reflector::reflector(
                 candidate_writer,
-                watcher(candidate_api, watcher::Config::default()).modify(slim),
+                watcher(candidate_api, watcher::Config::default()),
             )
             .default_backoff();
             let index = Arc::new(Mutex::new(CandidateIndex::default()));
@@ -102,7 +95,7 @@ impl Caches {
             });
             built.push(Scope {
                 namespace,
-                leases,
+                leases_listed,
                 candidates,
                 index,
             });
@@ -159,7 +152,7 @@ impl Caches {
     pub async fn wait_until_ready(&self) {
         for scope in self.scopes.iter() {
             // An error means the writer was dropped, i.e. the task ended; nothing to wait for.
-            let _ = scope.leases.wait_until_ready().await;
+            let _ = scope.leases_listed.clone().wait_for(|listed| *listed).await;
             let _ = scope.candidates.wait_until_ready().await;
         }
     }
@@ -177,9 +170,17 @@ impl Caches {
         if let Some(written) = self.own_writes.get(key) {
             return Some(written);
         }
-        self.scope(&key.namespace)?
-            .leases
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+        self.renewals.lease(key)
+    }
+
+    /// Whether `key`'s cached Lease has a holder whose term has not ended at `now`, as
+    /// `conclave_core::plan::without_leader` would find of the record a step reads
+    /// ([`Caches::lease`], annotated), in one lookup. `false` says only that one lookup cannot
+    /// tell: the Lease is not cached, has no live holder, or this controller's own write or read
+    /// stands in for it.
+    #[must_use]
+    pub fn has_live_holder(&self, key: &LeaseKey, now: Timestamp) -> bool {
+        self.own_writes.get(key).is_none() && self.renewals.has_live_holder(key, now)
     }
 
     /// A write of the Lease is about to be sent; on success, pass the Lease the server returned
@@ -208,6 +209,7 @@ impl Caches {
         self.scope(&key.namespace)?
             .candidates
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .map(|cached| Arc::clone(&cached.0))
     }
 
     /// When the first and the last of a Lease's candidates were watched arriving (see
@@ -230,6 +232,7 @@ impl Caches {
                 scope
                     .candidates
                     .get(&ObjectRef::new(name).within(&lease.namespace))
+                    .map(|cached| Arc::clone(&cached.0))
             })
             .filter(|c| c.spec.as_ref().is_some_and(|s| s.lease_name == lease.name))
             .collect()
@@ -241,6 +244,7 @@ impl Caches {
         self.scopes
             .iter()
             .flat_map(|s| s.candidates.state())
+            .map(|cached| Arc::clone(&cached.0))
             .collect()
     }
 
@@ -248,43 +252,5 @@ impl Caches {
     #[must_use]
     pub fn candidate_count(&self) -> usize {
         self.scopes.iter().map(|s| s.candidates.len()).sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-
-    #[test]
-    fn slim_drops_managed_fields_and_keeps_what_a_step_reads() {
-        let mut lease = Lease {
-            metadata: ObjectMeta {
-                name: Some("l".into()),
-                namespace: Some("ns".into()),
-                resource_version: Some("42".into()),
-                uid: Some("u".into()),
-                annotations: Some([("a".to_owned(), "b".to_owned())].into()),
-                managed_fields: Some(vec![ManagedFieldsEntry {
-                    manager: Some("kube-controller-manager".into()),
-                    operation: Some("Update".into()),
-                    ..ManagedFieldsEntry::default()
-                }]),
-                ..ObjectMeta::default()
-            },
-            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-                holder_identity: Some("h".into()),
-                ..Default::default()
-            }),
-        };
-        let mut expected = lease.clone();
-        expected.metadata.managed_fields = None;
-        slim(&mut lease);
-        assert_eq!(lease, expected);
-        // Serialised (as a write built from it is), no managedFields key at all: an empty list
-        // would be sent otherwise.
-        let json = serde_json::to_value(&lease).unwrap();
-        assert!(json["metadata"].get("managedFields").is_none());
-        assert_eq!(json["metadata"]["resourceVersion"], "42");
     }
 }

@@ -1,8 +1,8 @@
-//! From watch events to work: [`leases`] and [`candidates`] take a stream of watch events (already
-//! applied to their reflector's store) and apply each to the controller's in-memory state, the
-//! own-write record, the candidate index and the ping record, then enqueue the Lease keys the
-//! event concerns. They hold no client: a test feeds them a `Vec` of events through
-//! [`kube::runtime::reflector::reflector`] and looks at the queue, with no server.
+//! From watch events to work: [`leases`] and [`candidates`] take a stream of watch events and
+//! apply each to the controller's in-memory state (the Lease cache in [`Renewals`]; candidates are
+//! already applied to their reflector's store), the own-write record, the candidate index and the
+//! ping record, then enqueue the Lease keys the event concerns. They hold no client: a test feeds
+//! them a `Vec` of events and looks at the queue, with no server.
 //!
 //! The rules, in the order an event meets them:
 //! - a relist (at start, or after a 410) enqueues its keys only once the store holds the relisted
@@ -22,6 +22,7 @@ use super::key::{CandidateKey, LeaseKey};
 use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
+use super::wire::Cached;
 use conclave_core::k8s::{lease_record, now, timestamp};
 use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;
@@ -35,16 +36,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Applies Lease watch events to the own-write record and the renewal times and enqueues their
-/// keys, until the stream ends. `store` is the reflector store the events were applied to.
+/// Applies the events of the Lease watch of `namespace` (`None`: every namespace) to the cache
+/// and renewal times ([`Renewals`]) and the own-write record and enqueues their keys, until the
+/// stream ends. `listed` turns true once the first list is in the cache.
 pub async fn leases<S>(
     events: S,
-    store: &Store<Lease>,
+    namespace: Option<&str>,
     own_writes: &OwnWrites,
     renewals: &Renewals,
     queue: &WorkQueue,
+    listed: &tokio::sync::watch::Sender<bool>,
 ) where
-    S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
+    S: Stream<Item = Result<watcher::Event<Cached<Lease>>, watcher::Error>>,
 {
     futures::pin_mut!(events);
     let mut relist = Relist::default();
@@ -53,7 +56,7 @@ pub async fn leases<S>(
         match event {
             Ok(watcher::Event::Apply(lease)) => {
                 if let Some(key) = LeaseKey::of_lease(&lease) {
-                    let watched = renewals.watched(&key, &lease, now());
+                    let watched = renewals.watched(&key, &lease.0, now());
                     own_writes.observed(&key);
                     match watched {
                         Watched::Elect => queue.add(key),
@@ -72,32 +75,33 @@ pub async fn leases<S>(
             }
             Ok(watcher::Event::Init) => {
                 relisted.clear();
-                relist.start(store.state().iter().map(|l| LeaseKey::of_lease(l)));
+                relist.start(renewals.keys_in(namespace));
             }
             Ok(watcher::Event::InitApply(lease)) => {
-                let key = LeaseKey::of_lease(&lease);
-                if let Some(key) = &key {
-                    renewals.listed(key, &lease, now());
+                if let Some(key) = LeaseKey::of_lease(&lease) {
+                    renewals.listed(&key, &lease.0, now());
                     relisted.insert(key.clone());
+                    relist.add(key);
                 }
-                relist.add(key);
             }
             Ok(watcher::Event::InitDone) => {
-                renewals.relisted(&relisted, now());
+                renewals.relisted(namespace, &relisted, now());
                 own_writes.relisted();
                 relist.finish(queue);
+                listed.send_replace(true);
             }
             Err(error) => tracing::warn!(%error, "watching Leases"),
         }
     }
 }
 
-/// When this controller watched each Lease's current renewal (holder and `renewTime`) arrive, by
-/// its own clock, and who released it when that renewal is a release: what
-/// `LeaseRecord::observed_renewal`, `LeaseRecord::released_by` and `LeaseRecord::released_for` are
-/// filled from. Expiry is judged from the moment of observation as client-go does, not only from
-/// the holder's timestamps; a releaser must show it lives before it is elected again
-/// (`conclave_core::plan::liveness_since`).
+/// The watched Leases, as last watched or listed (the cache a step reads, [`Renewals::lease`]),
+/// each with whether its last step found it settled, when this controller watched its current
+/// renewal (holder and `renewTime`) arrive, by its own clock, and who released it when that
+/// renewal is a release: what `LeaseRecord::observed_renewal`, `LeaseRecord::released_by` and
+/// `LeaseRecord::released_for` are filled from. Expiry is judged from the moment of observation
+/// as client-go does, not only from the holder's timestamps; a releaser must show it lives before
+/// it is elected again (`conclave_core::plan::liveness_since`).
 ///
 /// It also keeps, for a Lease deleted while held, until when its holder may still lead by its own
 /// reckoning (its last renewal as watched, plus its duration): `kubectl delete lease` is a common
@@ -108,13 +112,24 @@ pub struct Renewals(Mutex<RenewalsState>);
 
 #[derive(Debug, Default)]
 struct RenewalsState {
-    current: HashMap<LeaseKey, Renewal>,
-    /// Leases whose last step found them settled (`conclave_core::step::Outcome::settles`), until
-    /// when (`None`: until an event), by `conclave_core::step::settled_until`.
-    settled: HashMap<LeaseKey, Option<Timestamp>>,
+    /// Every watched Lease: the cache a step reads, with what this controller saw of its renewal,
+    /// in one entry, so that a renewal costs one lookup.
+    current: HashMap<LeaseKey, Watch>,
     deleted_while_held: HashMap<LeaseKey, Timestamp>,
     /// Lease -> candidate -> (times in a row it never renewed, until when it sits out).
     sitting_out: HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
+}
+
+/// One watched Lease: the object as last watched or listed, whether its last step found it
+/// settled, and its current renewal.
+#[derive(Debug)]
+struct Watch {
+    lease: Arc<Lease>,
+    /// Whether the Lease's last step found it settled (`conclave_core::step::Outcome::settles`),
+    /// until when (`Some(None)`: until an event), by `conclave_core::step::settled_until`; `None`:
+    /// not settled, or changed since.
+    settled: Option<Option<Timestamp>>,
+    renewal: Renewal,
 }
 
 /// One Lease's current renewal: when this controller first saw it, by its own clock (watched
@@ -187,13 +202,99 @@ impl Renewal {
         }
     }
 
+    /// The first renewal seen of a holder: `record`'s, seen at `now`, watched arriving or listed.
+    fn first(
+        record: &LeaseRecord,
+        now: Timestamp,
+        watched: bool,
+        duration: Option<Duration>,
+        (released_by, released_for): (Option<String>, Option<String>),
+    ) -> Self {
+        let mut renewal = Self {
+            holder: record.holder_identity.clone(),
+            renew_time: record.renew_time,
+            seen_at: now,
+            watched,
+            first_of_holder: true,
+            period: None,
+            asked_for: None,
+            released_by,
+            released_for,
+            preemption_held_since: None,
+            duration,
+            decided_by: Renewals::decided_by(record),
+        };
+        renewal.saw_preferred(record.preferred_holder.as_deref());
+        renewal
+    }
+
+    /// Whether the Lease, at this renewal, has a holder whose term has not ended at `now` by this
+    /// controller's reckoning (`conclave_core::plan::without_leader`).
+    fn live_at(&mut self, now: Timestamp) -> bool {
+        self.with_record(|record| !conclave_core::plan::without_leader(Some(record), now))
+    }
+
+    /// When a step would look at the Lease again at `now`, after this renewal, if nothing
+    /// happens (`conclave_core::plan::recheck_at`).
+    fn recheck_at(&mut self, now: Timestamp) -> Option<Timestamp> {
+        self.with_record(|record| conclave_core::plan::recheck_at(Some(record), now))
+    }
+
+    /// `read` of the Lease's record as a step would build and annotate it, as far as the Lease's
+    /// timing goes (holder, duration, this renewal's time and when this controller saw it): what
+    /// it decides by, with the renewal filled in for the call and cleared after it, so that no
+    /// record is built.
+    fn with_record<T>(&mut self, read: impl FnOnce(&LeaseRecord) -> T) -> T {
+        let record = &mut self.decided_by;
+        record.renew_time = self.renew_time;
+        record.observed_renewal = Some(self.seen_at);
+        let answer = read(record);
+        record.renew_time = None;
+        record.observed_renewal = None;
+        answer
+    }
+
+    /// The renewal this one is seen again, in `record` (another `preferredHolder`, another
+    /// strategy, or the same Lease relisted): what a step decides by follows it.
+    fn seen_again(&mut self, record: &LeaseRecord, duration: Option<Duration>) {
+        self.saw_preferred(record.preferred_holder.as_deref());
+        self.duration = duration;
+        self.decided_by = Renewals::decided_by(record);
+    }
+
+    /// Whether this renewal is by `holder`, a named one.
+    fn held_by(&self, holder: Option<&str>) -> bool {
+        named(self.holder.as_deref()).is_some() && self.holder.as_deref() == holder
+    }
+
+    /// The same holder renewed again at `now`, up to `renew_time`: timed from now, how long after
+    /// this renewal if both were watched and this one was not its acquisition, and not a release;
+    /// a `preferredHolder` asking it to step down and a held-back pre-emption still count.
+    fn renewed(
+        &mut self,
+        renew_time: Option<Timestamp>,
+        now: Timestamp,
+        duration: Option<Duration>,
+        preferred: Option<&str>,
+    ) {
+        self.period = (!self.first_of_holder && self.watched).then(|| self.seen_at.elapsed_at(now));
+        self.renew_time = renew_time;
+        self.seen_at = now;
+        self.watched = true;
+        self.first_of_holder = false;
+        self.released_by = None;
+        self.released_for = None;
+        self.duration = duration;
+        self.saw_preferred(preferred);
+    }
+
     /// Records a `preferredHolder` seen on this renewal: it asks the holder to step down when it
     /// names someone else.
-    fn saw_preferred(&mut self, preferred: Option<String>) {
+    fn saw_preferred(&mut self, preferred: Option<&str>) {
         if let Some(successor) = preferred.filter(|p| {
-            !p.is_empty() && named(self.holder.as_deref()).is_some_and(|holder| holder != p)
+            !p.is_empty() && named(self.holder.as_deref()).is_some_and(|holder| holder != *p)
         }) {
-            self.asked_for = Some(successor);
+            self.asked_for = Some(successor.to_owned());
         }
     }
 }
@@ -211,88 +312,117 @@ impl Renewals {
     /// one it made way for is elected anyway).
     ///
     /// Returns whether the event may change the election's outcome ([`Watched`]).
-    pub fn watched(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) -> Watched {
-        let (holder, renew_time) = Self::renewal_of(lease);
-        let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
-        let decided_by = Self::decided_by(lease);
+    pub fn watched(&self, key: &LeaseKey, lease: &Arc<Lease>, now: Timestamp) -> Watched {
+        let spec = lease.spec.as_ref();
+        let holder = spec.and_then(|s| s.holder_identity.as_deref());
+        let preferred = spec.and_then(|s| s.preferred_holder.as_deref());
+        let renew_time = spec
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| timestamp(t.0));
+        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
-        state.deleted_while_held.remove(key);
-        let settled = state.settled.remove(key);
-        let renewals = &mut state.current;
-        if let Some(same) = renewals
-            .get_mut(key)
-            .filter(|r| r.is(holder.as_deref(), renew_time))
-        {
-            same.saw_preferred(preferred);
-            same.duration = Self::duration_of(lease);
-            same.decided_by = decided_by;
+        if !state.deleted_while_held.is_empty() {
+            state.deleted_while_held.remove(key);
+        }
+        let Some(watch) = state.current.get_mut(key) else {
+            let renewal = Renewal::first(&lease_record(lease), now, true, duration, (None, None));
+            state.current.insert(
+                key.clone(),
+                Watch {
+                    lease: Arc::clone(lease),
+                    settled: None,
+                    renewal,
+                },
+            );
+            return Watched::Elect;
+        };
+        watch.lease = Arc::clone(lease);
+        let settled = watch.settled.take();
+        let renewal = &mut watch.renewal;
+        if renewal.is(holder, renew_time) {
+            renewal.seen_again(&lease_record(lease), duration);
             return Watched::Elect;
         }
-        let previous = renewals.get(key);
-        let renewal_only = previous.is_some_and(|p| {
-            named(p.holder.as_deref()).is_some()
-                && p.holder == holder
-                && p.decided_by == decided_by
-                && p.duration.is_some_and(|d| p.seen_at + d > now)
-        });
-        let (released_by, released_for) = match named(holder.as_deref()) {
+        if renewal.held_by(holder) {
+            // Judged before the renewal is recorded: the Lease's last step found it settled, the
+            // previous renewal had not expired, and nothing else a step reads changed. Judged and
+            // recorded in place, with no record of the Lease built.
+            let decides_nothing = settled
+                .is_some_and(|until| until.is_none_or(|until| now < until))
+                && renewal.duration.is_some_and(|d| renewal.seen_at + d > now)
+                && conclave_core::k8s::same_but_renewal(&renewal.decided_by, lease);
+            renewal.renewed(renew_time, now, duration, preferred);
+            if decides_nothing {
+                watch.settled = settled;
+                return Watched::Renewal {
+                    recheck_at: renewal.recheck_at(now),
+                };
+            }
+            renewal.decided_by = Self::decided_by(&lease_record(lease));
+            return Watched::Elect;
+        }
+        let released = match named(holder) {
             Some(_) => (None, None),
-            None => previous.map_or((None, None), Renewal::release),
+            None => renewal.release(),
         };
-        let same_holder =
-            previous.filter(|p| named(p.holder.as_deref()).is_some() && p.holder == holder);
-        let period = same_holder
-            .filter(|p| !p.first_of_holder && p.watched)
-            .map(|p| p.seen_at.elapsed_at(now));
-        let first_of_holder = same_holder.is_none();
-        let asked_for = same_holder.and_then(|p| p.asked_for.clone());
-        let preemption_held_since = same_holder.and_then(|p| p.preemption_held_since);
-        let mut renewal = Renewal {
-            holder,
-            renew_time,
-            seen_at: now,
-            watched: true,
-            first_of_holder,
-            period,
-            asked_for,
-            released_by,
-            released_for,
-            preemption_held_since,
-            duration: Self::duration_of(lease),
-            decided_by,
-        };
-        renewal.saw_preferred(preferred);
-        renewals.insert(key.clone(), renewal);
-        let settled = settled.filter(|until| until.is_none_or(|until| now < until));
-        if !renewal_only || settled.is_none() {
-            return Watched::Elect;
-        }
-        state.settled.insert(key.clone(), settled.flatten());
-        let mut record = lease_record(lease);
-        Self::annotate_locked(&state, key, &mut record, now);
-        Watched::Renewal {
-            recheck_at: conclave_core::plan::recheck_at(Some(&record), now),
-        }
+        *renewal = Renewal::first(&lease_record(lease), now, true, duration, released);
+        Watched::Elect
     }
 
     /// The step of `key`'s Lease at hand found it settled until `until` (`None`: until an event):
     /// its holder's renewals before then decide nothing ([`Watched::Renewal`]).
     pub fn settle(&self, key: &LeaseKey, until: Option<Timestamp>) {
-        lock(&self.0).settled.insert(key.clone(), until);
+        // A Lease not watched yet is not settled: the event that brings it triggers a step.
+        if let Some(watch) = lock(&self.0).current.get_mut(key) {
+            watch.settled = Some(until);
+        }
     }
 
     /// A step of `key`'s Lease begins, or found it unsettled: its holder's renewals trigger steps
     /// again.
     pub fn unsettle(&self, key: &LeaseKey) {
-        lock(&self.0).settled.remove(key);
+        if let Some(watch) = lock(&self.0).current.get_mut(key) {
+            watch.settled = None;
+        }
     }
 
-    /// Everything of `lease` a step reads but its renewal.
-    fn decided_by(lease: &Lease) -> LeaseRecord {
+    /// The Lease as last watched or listed.
+    #[must_use]
+    pub fn lease(&self, key: &LeaseKey) -> Option<Arc<Lease>> {
+        lock(&self.0)
+            .current
+            .get(key)
+            .map(|watch| Arc::clone(&watch.lease))
+    }
+
+    /// Whether `key`'s Lease, as last watched or listed, has a holder whose term has not ended at
+    /// `now` by this controller's reckoning (`false` for a Lease not cached): the first half of
+    /// `conclave_core::plan::leaderless` on the Lease's record as [`Renewals::annotate`] fills
+    /// it in, at the cost of one lookup, for counting thousands of Leases.
+    #[must_use]
+    pub fn has_live_holder(&self, key: &LeaseKey, now: Timestamp) -> bool {
+        lock(&self.0)
+            .current
+            .get_mut(key)
+            .is_some_and(|watch| watch.renewal.live_at(now))
+    }
+
+    /// The keys of the cached Leases in `namespace` (`None`: every namespace).
+    fn keys_in(&self, namespace: Option<&str>) -> Vec<LeaseKey> {
+        lock(&self.0)
+            .current
+            .keys()
+            .filter(|key| namespace.is_none_or(|ns| key.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    /// Everything of a Lease's `record` a step reads but its renewal.
+    fn decided_by(record: &LeaseRecord) -> LeaseRecord {
         LeaseRecord {
             resource_version: String::new(),
             renew_time: None,
-            ..lease_record(lease)
+            ..record.clone()
         }
     }
 
@@ -302,36 +432,25 @@ impl Renewals {
     /// its `renewTime` instead (the holder's clock), a holder whose clock runs behind would be
     /// replaced while it still leads, right after every controller start or relist (issue 34,
     /// finding 2; client-go stamps a renewal with the time it first observed it, too).
-    pub fn listed(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
-        let (holder, renew_time) = Self::renewal_of(lease);
-        let preferred = lease.spec.as_ref().and_then(|s| s.preferred_holder.clone());
-        let decided_by = Self::decided_by(lease);
+    pub fn listed(&self, key: &LeaseKey, lease: &Arc<Lease>, now: Timestamp) {
+        let record = lease_record(lease);
+        let (holder, renew_time) = (&record.holder_identity, record.renew_time);
+        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
         state.deleted_while_held.remove(key);
-        state.settled.remove(key);
         match state.current.get_mut(key) {
-            Some(renewal) if renewal.is(holder.as_deref(), renew_time) => {
-                renewal.saw_preferred(preferred);
-                renewal.duration = Self::duration_of(lease);
-                renewal.decided_by = decided_by;
+            Some(watch) if watch.renewal.is(holder.as_deref(), renew_time) => {
+                watch.lease = Arc::clone(lease);
+                watch.settled = None;
+                watch.renewal.seen_again(&record, duration);
             }
             _ => {
-                let mut renewal = Renewal {
-                    holder,
-                    renew_time,
-                    seen_at: now,
-                    watched: false,
-                    first_of_holder: true,
-                    period: None,
-                    asked_for: None,
-                    released_by: None,
-                    released_for: None,
-                    preemption_held_since: None,
-                    duration: Self::duration_of(lease),
-                    decided_by,
+                let watch = Watch {
+                    lease: Arc::clone(lease),
+                    settled: None,
+                    renewal: Renewal::first(&record, now, false, duration, (None, None)),
                 };
-                renewal.saw_preferred(preferred);
-                state.current.insert(key.clone(), renewal);
+                state.current.insert(key.clone(), watch);
             }
         }
     }
@@ -343,8 +462,7 @@ impl Renewals {
         let (holder, renew_time) = Self::renewal_of(lease);
         let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
-        state.settled.remove(key);
-        let renewal = state.current.remove(key);
+        let renewal = state.current.remove(key).map(|watch| watch.renewal);
         let (Some(_), Some(duration)) = (named(holder.as_deref()), duration) else {
             state.deleted_while_held.remove(key);
             return;
@@ -361,8 +479,8 @@ impl Renewals {
     /// for its renewal: the first such time of this holder's tenure bounds the whole wait
     /// (`LeaseRecord::preemption_held_since`).
     pub fn preemption_held_back(&self, key: &LeaseKey, now: Timestamp) {
-        if let Some(renewal) = lock(&self.0).current.get_mut(key) {
-            renewal.preemption_held_since.get_or_insert(now);
+        if let Some(watch) = lock(&self.0).current.get_mut(key) {
+            watch.renewal.preemption_held_since.get_or_insert(now);
         }
     }
 
@@ -387,23 +505,25 @@ impl Renewals {
         (strikes, until)
     }
 
-    /// A relist at `now` is complete and listed the Leases `listed`: a Lease this controller knew
-    /// that is not among them was deleted while the watch was down (or the server lost it), and
-    /// counts as deleted now ([`Renewals::deleted`]), so that it is not created again for someone
-    /// else while its holder may still lead.
-    pub fn relisted(&self, listed: &HashSet<LeaseKey>, now: Timestamp) {
+    /// A relist at `now` of the Leases in `namespace` (`None`: every namespace) is complete and
+    /// listed the Leases `listed`: a Lease of that namespace this controller knew that is not
+    /// among them was deleted while the watch was down (or the server lost it), and counts as
+    /// deleted now ([`Renewals::deleted`]), so that it is not created again for someone else
+    /// while its holder may still lead. Leases of other namespaces, watched by other watches,
+    /// are left as they are.
+    pub fn relisted(&self, namespace: Option<&str>, listed: &HashSet<LeaseKey>, now: Timestamp) {
         let mut state = lock(&self.0);
-        state.settled.clear();
         let gone: Vec<LeaseKey> = state
             .current
             .keys()
-            .filter(|key| !listed.contains(*key))
+            .filter(|key| namespace.is_none_or(|ns| key.namespace == ns) && !listed.contains(*key))
             .cloned()
             .collect();
         for key in gone {
-            let Some(renewal) = state.current.remove(&key) else {
+            let Some(watch) = state.current.remove(&key) else {
                 continue;
             };
+            let renewal = watch.renewal;
             if let (Some(_), Some(duration)) = (named(renewal.holder.as_deref()), renewal.duration)
             {
                 state
@@ -434,12 +554,15 @@ impl Renewals {
     /// (`conclave_core::step::StepInput::sitting_out`); only their time does.
     #[must_use]
     pub fn sitting_out(&self, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
-        Self::sitting_out_locked(&lock(&self.0), key, now)
+        Self::sitting_out_of(&lock(&self.0).sitting_out, key, now)
     }
 
-    fn sitting_out_locked(state: &RenewalsState, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
-        state
-            .sitting_out
+    fn sitting_out_of(
+        sitting_out: &HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
+        key: &LeaseKey,
+        now: Timestamp,
+    ) -> Vec<SitOut> {
+        sitting_out
             .get(key)
             .into_iter()
             .flatten()
@@ -458,20 +581,22 @@ impl Renewals {
     /// a write conflict) was first seen `now`: its renewal counts from then, never from the
     /// holder's `renewTime` alone, and nothing else is known of it.
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord, now: Timestamp) {
-        Self::annotate_locked(&lock(&self.0), key, record, now);
+        let state = lock(&self.0);
+        let renewal = state.current.get(key).map(|watch| &watch.renewal);
+        Self::annotate_from(&state.sitting_out, key, renewal, record, now);
     }
 
-    fn annotate_locked(
-        state: &RenewalsState,
+    /// [`Renewals::annotate`] from `renewal`, the Lease's current one (`None`: not cached).
+    fn annotate_from(
+        sitting_out: &HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
         key: &LeaseKey,
+        renewal: Option<&Renewal>,
         record: &mut LeaseRecord,
         now: Timestamp,
     ) {
-        record.sitting_out = Self::sitting_out_locked(state, key, now);
-        let Some(renewal) = state
-            .current
-            .get(key)
-            .filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
+        record.sitting_out = Self::sitting_out_of(sitting_out, key, now);
+        let Some(renewal) =
+            renewal.filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
         else {
             record.observed_renewal = Some(now);
             record.renew_period = None;
@@ -511,12 +636,12 @@ impl Renewals {
 /// were applied to.
 pub async fn candidates<S>(
     events: S,
-    store: &Store<LeaseCandidate>,
+    store: &Store<Cached<LeaseCandidate>>,
     index: &Mutex<CandidateIndex>,
     pings: &Pings,
     queue: &WorkQueue,
 ) where
-    S: Stream<Item = Result<watcher::Event<LeaseCandidate>, watcher::Error>>,
+    S: Stream<Item = Result<watcher::Event<Cached<LeaseCandidate>>, watcher::Error>>,
 {
     futures::pin_mut!(events);
     let mut relist = Relist::default();
@@ -532,7 +657,12 @@ pub async fn candidates<S>(
             }
             Ok(watcher::Event::InitApply(c)) => (c, true),
             Ok(watcher::Event::Init) => {
-                relist.start(store.state().iter().map(|c| LeaseKey::of_candidate(c)));
+                relist.start(
+                    store
+                        .state()
+                        .iter()
+                        .filter_map(|c| LeaseKey::of_candidate(c)),
+                );
                 continue;
             }
             Ok(watcher::Event::InitDone) => {
@@ -550,10 +680,10 @@ pub async fn candidates<S>(
             continue;
         }
         let key = LeaseKey::of_candidate(&candidate);
-        if relisted {
-            relist.add(key);
-        } else if let Some(key) = key {
-            queue.add(key);
+        match key {
+            Some(key) if relisted => relist.add(key),
+            Some(key) => queue.add(key),
+            None => {}
         }
     }
 }
@@ -571,25 +701,26 @@ fn ping_outstanding(candidate: &LeaseCandidate) -> bool {
     }
 }
 
-/// The Lease keys of a relist in progress. kube-rs's reflector swaps the relisted objects into the
-/// store only at `InitDone`, so a key enqueued at `InitApply` could be reconciled against the old
-/// store and the change missed; and an object deleted while the watch was down gets no event at
-/// all. So the keys of the old store and of every relisted object are enqueued at `InitDone`.
+/// The Lease keys of a relist in progress. An object deleted while the watch was down gets no
+/// event at all, and leaves the cache only once the relist is complete ([`Renewals::relisted`]
+/// for Leases; kube-rs's reflector, which swaps the relisted candidates into its store only
+/// then, for candidates). So the keys cached before the relist and of every relisted object are
+/// enqueued at `InitDone`, when the cache holds exactly the relisted objects.
 #[derive(Default)]
 struct Relist(HashSet<LeaseKey>);
 
 impl Relist {
-    /// A relist begins; `previous` are the keys the store holds until it completes.
-    fn start(&mut self, previous: impl Iterator<Item = Option<LeaseKey>>) {
+    /// A relist begins; `previous` are the keys cached before it.
+    fn start(&mut self, previous: impl IntoIterator<Item = LeaseKey>) {
         self.0.clear();
-        self.0.extend(previous.flatten());
+        self.0.extend(previous);
     }
 
-    fn add(&mut self, key: Option<LeaseKey>) {
-        self.0.extend(key);
+    fn add(&mut self, key: LeaseKey) {
+        self.0.insert(key);
     }
 
-    /// The store now holds the relisted objects: enqueue every key seen.
+    /// The cache now holds the relisted objects: enqueue every key seen.
     fn finish(&mut self, queue: &WorkQueue) {
         for key in self.0.drain() {
             queue.add(key);
@@ -691,7 +822,7 @@ impl CandidateIndex {
 
     /// Rebuilds the index from a whole store (after a relist); arrivals of candidates no longer
     /// there are forgotten.
-    fn rebuild(&mut self, candidates: &[Arc<LeaseCandidate>]) {
+    fn rebuild(&mut self, candidates: &[Arc<Cached<LeaseCandidate>>]) {
         self.by_lease.clear();
         self.lease_of.clear();
         for candidate in candidates {
@@ -753,6 +884,7 @@ impl Pings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::cached_event;
     use conclave_core::k8s::micro_time;
     use futures::stream;
     use k8s_openapi::api::coordination::v1beta1::LeaseCandidateSpec;
@@ -798,6 +930,11 @@ mod tests {
         LeaseKey::new(namespace, name)
     }
 
+    /// `lease` as a watch event carries it.
+    fn arc(lease: &Lease) -> Arc<Lease> {
+        Arc::new(lease.clone())
+    }
+
     /// Every key the queue hands out now, each marked done.
     async fn drain(queue: &WorkQueue) -> BTreeSet<LeaseKey> {
         let mut keys = BTreeSet::new();
@@ -814,18 +951,18 @@ mod tests {
         let own = Arc::new(OwnWrites::default());
         own.begin(key("ns", "a")).succeeded(&lease("ns", "a", "5"));
         own.begin(key("ns", "b")).succeeded(&lease("ns", "b", "6"));
-        let (store, writer) = reflector::store();
         let queue = WorkQueue::default();
         let events = vec![
             watcher::Event::Apply(lease("ns", "a", "7")),
             watcher::Event::Delete(lease("ns", "c", "8")),
         ];
         leases(
-            reflector::reflector(writer, stream::iter(events.into_iter().map(Ok))),
-            &store,
+            stream::iter(events.into_iter().map(|e| Ok(cached_event(e)))),
+            None,
             &own,
             &Renewals::default(),
             &queue,
+            &tokio::sync::watch::Sender::new(false),
         )
         .await;
         assert_eq!(drain(&queue).await, [key("ns", "a"), key("ns", "c")].into());
@@ -839,7 +976,6 @@ mod tests {
     #[tokio::test]
     async fn a_relist_enqueues_the_old_and_the_relisted_keys_once_the_store_holds_them() {
         let own = Arc::new(OwnWrites::default());
-        let (store, writer) = reflector::store();
         let queue = WorkQueue::default();
         // `gone` was cached, then deleted while the watch was down: the relist does not list it.
         let events = vec![
@@ -852,15 +988,18 @@ mod tests {
             watcher::Event::InitDone,
         ];
         let mut seen = Vec::new();
-        let stream = reflector::reflector(writer, stream::iter(events.into_iter().map(Ok)))
-            .inspect(|event| {
+        let stream =
+            stream::iter(events.into_iter().map(|e| Ok(cached_event(e)))).inspect(|event| {
                 if let Ok(watcher::Event::InitDone) = event {
                     seen.push(queue.len());
                 }
             });
         own.begin(key("ns", "a")).succeeded(&lease("ns", "a", "0"));
-        leases(stream, &store, &own, &Renewals::default(), &queue).await;
+        let renewals = Renewals::default();
+        let listed = tokio::sync::watch::Sender::new(false);
+        leases(stream, Some("ns"), &own, &renewals, &queue, &listed).await;
         assert_eq!(seen, [0, 1], "nothing is enqueued before a relist is done");
+        assert!(*listed.borrow(), "listed once the first relist was done");
         assert_eq!(
             drain(&queue).await,
             [key("ns", "a"), key("ns", "b"), key("ns", "gone")].into()
@@ -869,7 +1008,15 @@ mod tests {
             own.get(&key("ns", "a")).is_none(),
             "a relist ends every kept write"
         );
-        assert_eq!(store.state().len(), 2);
+        assert_eq!(renewals.keys_in(None).len(), 2);
+        assert!(renewals.lease(&key("ns", "gone")).is_none());
+        assert_eq!(
+            renewals
+                .lease(&key("ns", "b"))
+                .and_then(|l| l.metadata.resource_version.clone())
+                .as_deref(),
+            Some("3")
+        );
     }
 
     #[tokio::test]
@@ -894,7 +1041,10 @@ mod tests {
             watcher::Event::Delete(candidate("ns", "c3", "l")),
         ];
         candidates(
-            reflector::reflector(writer, stream::iter(events.into_iter().map(Ok))),
+            reflector::reflector(
+                writer,
+                stream::iter(events.into_iter().map(|e| Ok(cached_event(e)))),
+            ),
             &store,
             &index,
             &pings,
@@ -953,8 +1103,8 @@ mod tests {
 
         index.apply(&candidate("a", "gone", "l"));
         index.rebuild(&[
-            Arc::new(candidate("a", "c1", "l")),
-            Arc::new(candidate("a", "c3", "m")),
+            Arc::new(candidate("a", "c1", "l").into()),
+            Arc::new(candidate("a", "c3", "m").into()),
         ]);
         assert_eq!(
             names(&index, &key("a", "l")),
@@ -1004,7 +1154,7 @@ mod tests {
         let renewals = Renewals::default();
         let k = key("ns", "a");
         let first = renewed(lease("ns", "a", "1"), "x", 50);
-        renewals.listed(&k, &first, Timestamp::from_secs(90));
+        renewals.listed(&k, &arc(&first), Timestamp::from_secs(90));
         assert_eq!(
             annotated(&renewals, &k, &first),
             (Some(Timestamp::from_secs(90)), None),
@@ -1012,16 +1162,16 @@ mod tests {
         );
 
         let second = renewed(lease("ns", "a", "2"), "x", 60);
-        renewals.watched(&k, &second, Timestamp::from_secs(100));
+        renewals.watched(&k, &arc(&second), Timestamp::from_secs(100));
         let at_100 = (Some(Timestamp::from_secs(100)), None);
         assert_eq!(annotated(&renewals, &k, &second), at_100);
         // The controller sets preferredHolder: same renewal, same time.
         let mut preempted = renewed(lease("ns", "a", "3"), "x", 60);
         preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
-        renewals.watched(&k, &preempted, Timestamp::from_secs(105));
+        renewals.watched(&k, &arc(&preempted), Timestamp::from_secs(105));
         assert_eq!(annotated(&renewals, &k, &second), at_100);
         // A relist of the same renewal keeps it; a record of another renewal has no time.
-        renewals.listed(&k, &preempted, Timestamp::from_secs(110));
+        renewals.listed(&k, &arc(&preempted), Timestamp::from_secs(110));
         assert_eq!(annotated(&renewals, &k, &second), at_100);
         let other = renewed(lease("ns", "a", "4"), "x", 70);
         assert_eq!(
@@ -1043,7 +1193,7 @@ mod tests {
         let k = key("ns", "a");
         let mut behind = renewed(lease("ns", "a", "1"), "x", 92);
         behind.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
-        renewals.listed(&k, &behind, Timestamp::from_secs(100));
+        renewals.listed(&k, &arc(&behind), Timestamp::from_secs(100));
         let record = annotated_record(&renewals, &k, &behind);
         assert!(
             !record.is_expired(Timestamp::from_secs(105)),
@@ -1060,7 +1210,7 @@ mod tests {
         let k = key("ns", "a");
         let mut held = renewed(lease("ns", "a", "1"), "x", 40);
         held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
-        renewals.watched(&k, &held, Timestamp::from_secs(50));
+        renewals.watched(&k, &arc(&held), Timestamp::from_secs(50));
         renewals.deleted(&k, &held, Timestamp::from_secs(52));
         let until = Some(Timestamp::from_secs(65));
         assert_eq!(
@@ -1087,7 +1237,7 @@ mod tests {
         renewals.deleted(&k, &held, Timestamp::from_secs(52));
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "2"), "y", 53),
+            &arc(&renewed(lease("ns", "a", "2"), "y", 53)),
             Timestamp::from_secs(53),
         );
         assert_eq!(
@@ -1117,24 +1267,24 @@ mod tests {
             lease
         };
         assert_eq!(
-            renewals.watched(&k, &held("1", "x", 50), t(50)),
+            renewals.watched(&k, &arc(&held("1", "x", 50)), t(50)),
             Watched::Elect
         );
         assert_eq!(
-            renewals.watched(&k, &held("2", "x", 52), t(52)),
+            renewals.watched(&k, &arc(&held("2", "x", 52)), t(52)),
             Watched::Elect,
             "not settled"
         );
         renewals.settle(&k, Some(t(70)));
         assert_eq!(
-            renewals.watched(&k, &held("3", "x", 54), t(54)),
+            renewals.watched(&k, &arc(&held("3", "x", 54)), t(54)),
             Watched::Renewal {
                 recheck_at: Some(t(59))
             },
             "the holder is overdue 5 s after its renewal"
         );
         assert_eq!(
-            renewals.watched(&k, &held("4", "x", 56), t(56)),
+            renewals.watched(&k, &arc(&held("4", "x", 56)), t(56)),
             Watched::Renewal {
                 recheck_at: Some(t(61))
             },
@@ -1142,41 +1292,44 @@ mod tests {
         );
         let mut preempted = held("5", "x", 56);
         preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
-        assert_eq!(renewals.watched(&k, &preempted, t(57)), Watched::Elect);
+        assert_eq!(
+            renewals.watched(&k, &arc(&preempted), t(57)),
+            Watched::Elect
+        );
         renewals.settle(&k, Some(t(70)));
         let mut renewed_preempted = held("6", "x", 58);
         renewed_preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
         assert!(matches!(
-            renewals.watched(&k, &renewed_preempted, t(58)),
+            renewals.watched(&k, &arc(&renewed_preempted), t(58)),
             Watched::Renewal { .. }
         ));
         assert_eq!(
-            renewals.watched(&k, &held("7", "x", 59), t(59)),
+            renewals.watched(&k, &arc(&held("7", "x", 59)), t(59)),
             Watched::Elect,
             "preferredHolder cleared"
         );
         renewals.settle(&k, Some(t(70)));
         assert_eq!(
-            renewals.watched(&k, &held("8", "y", 60), t(60)),
+            renewals.watched(&k, &arc(&held("8", "y", 60)), t(60)),
             Watched::Elect,
             "another holder"
         );
         renewals.settle(&k, Some(t(90)));
         assert_eq!(
-            renewals.watched(&k, &held("9", "y", 75), t(75)),
+            renewals.watched(&k, &arc(&held("9", "y", 75)), t(75)),
             Watched::Elect,
             "renewed after its Lease expired (60 + 10)"
         );
         renewals.settle(&k, Some(t(80)));
         assert_eq!(
-            renewals.watched(&k, &held("10", "y", 80), t(80)),
+            renewals.watched(&k, &arc(&held("10", "y", 80)), t(80)),
             Watched::Elect,
             "the clock changed what the last step read"
         );
         renewals.settle(&k, None);
         renewals.unsettle(&k);
         assert_eq!(
-            renewals.watched(&k, &held("11", "y", 82), t(82)),
+            renewals.watched(&k, &arc(&held("11", "y", 82)), t(82)),
             Watched::Elect,
             "a step began since"
         );
@@ -1192,15 +1345,15 @@ mod tests {
         let held_since =
             |lease: &Lease| annotated_record(&renewals, &k, lease).preemption_held_since;
         let first = renewed(lease("ns", "a", "1"), "x", 50);
-        renewals.watched(&k, &first, Timestamp::from_secs(50));
+        renewals.watched(&k, &arc(&first), Timestamp::from_secs(50));
         assert_eq!(held_since(&first), None);
         renewals.preemption_held_back(&k, Timestamp::from_secs(51));
         renewals.preemption_held_back(&k, Timestamp::from_secs(52));
         let next = renewed(lease("ns", "a", "2"), "x", 53);
-        renewals.watched(&k, &next, Timestamp::from_secs(53));
+        renewals.watched(&k, &arc(&next), Timestamp::from_secs(53));
         assert_eq!(held_since(&next), Some(Timestamp::from_secs(51)));
         let other = renewed(lease("ns", "a", "3"), "y", 54);
-        renewals.watched(&k, &other, Timestamp::from_secs(54));
+        renewals.watched(&k, &arc(&other), Timestamp::from_secs(54));
         assert_eq!(held_since(&other), None);
     }
 
@@ -1252,7 +1405,7 @@ mod tests {
         let k = key("ns", "a");
         let t = Timestamp::from_secs;
         let held = renewed(lease("ns", "a", "1"), "x", 100);
-        renewals.watched(&k, &held, t(100));
+        renewals.watched(&k, &arc(&held), t(100));
         renewals.sit_out(&k, "x", t(111));
         renewals.deleted(&k, &held, t(112));
         let sitting = [SitOut {
@@ -1260,7 +1413,7 @@ mod tests {
             until: t(171),
         }];
         assert_eq!(renewals.sitting_out(&k, t(113)), sitting, "deleted");
-        renewals.relisted(&HashSet::new(), t(114));
+        renewals.relisted(None, &HashSet::new(), t(114));
         assert_eq!(renewals.sitting_out(&k, t(115)), sitting, "relisted");
         assert!(
             renewals.sitting_out(&k, t(171)).is_empty(),
@@ -1276,21 +1429,82 @@ mod tests {
         let renewals = Renewals::default();
         let mut held = renewed(lease("ns", "a", "1"), "x", 40);
         held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
-        renewals.watched(&key("ns", "a"), &held, Timestamp::from_secs(50));
+        renewals.watched(&key("ns", "a"), &arc(&held), Timestamp::from_secs(50));
         renewals.watched(
             &key("ns", "kept"),
-            &renewed(lease("ns", "kept", "1"), "y", 50),
+            &arc(&renewed(lease("ns", "kept", "1"), "y", 50)),
             Timestamp::from_secs(50),
         );
-        renewals.relisted(&[key("ns", "kept")].into(), Timestamp::from_secs(52));
+        renewals.relisted(
+            Some("ns"),
+            &[key("ns", "kept")].into(),
+            Timestamp::from_secs(52),
+        );
         assert_eq!(
             renewals.held_after_deletion(&key("ns", "a"), Timestamp::from_secs(60)),
             Some(Timestamp::from_secs(65))
+        );
+        assert!(
+            renewals.lease(&key("ns", "a")).is_none(),
+            "no longer cached"
         );
         assert_eq!(
             renewals.held_after_deletion(&key("ns", "kept"), Timestamp::from_secs(60)),
             None
         );
+    }
+
+    /// With `--namespace` given more than once, each namespace has its own Lease watch: a relist
+    /// of one lists none of the others' Leases, which are neither dropped from the cache nor
+    /// counted as deleted while held.
+    #[test]
+    fn a_relist_of_one_namespace_leaves_the_leases_of_the_others_alone() {
+        let renewals = Renewals::default();
+        let mut held = renewed(lease("other", "a", "1"), "x", 40);
+        held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        renewals.watched(&key("other", "a"), &arc(&held), Timestamp::from_secs(50));
+        let now = Timestamp::from_secs(52);
+        renewals.relisted(Some("ns"), &HashSet::new(), now);
+        assert_eq!(renewals.held_after_deletion(&key("other", "a"), now), None);
+        assert!(renewals.has_live_holder(&key("other", "a"), now));
+        assert_eq!(renewals.keys_in(Some("other")), [key("other", "a")]);
+        // A relist of its own namespace that does not list it: deleted while held.
+        renewals.relisted(Some("other"), &HashSet::new(), now);
+        assert_eq!(
+            renewals.held_after_deletion(&key("other", "a"), now),
+            Some(Timestamp::from_secs(65))
+        );
+    }
+
+    /// Counting Leases without a leader asks the cache in one lookup; its answer is
+    /// `conclave_core::plan::without_leader`'s on the record a step reads, renewal observed by
+    /// this controller included: a holder whose clock runs behind still leads.
+    #[test]
+    fn a_live_holder_is_found_in_one_lookup_as_a_step_would_judge_it() {
+        let renewals = Renewals::default();
+        let k = key("ns", "a");
+        let judged = |renewals: &Renewals, lease: &Lease, now: Timestamp| {
+            let mut record = conclave_core::k8s::lease_record(lease);
+            renewals.annotate(&k, &mut record, now);
+            !conclave_core::plan::without_leader(Some(&record), now)
+        };
+        let mut behind = renewed(lease("ns", "a", "1"), "x", 10);
+        behind.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        renewals.watched(&k, &arc(&behind), Timestamp::from_secs(50));
+        let released = renewed(lease("ns", "a", "2"), "", 60);
+        for (lease, now, live) in [
+            (&behind, 50, true),
+            (&behind, 65, true),
+            (&behind, 66, false),
+        ] {
+            let now = Timestamp::from_secs(now);
+            assert_eq!(renewals.has_live_holder(&k, now), live, "at {now}");
+            assert_eq!(judged(&renewals, lease, now), live, "at {now}");
+        }
+        renewals.watched(&k, &arc(&released), Timestamp::from_secs(60));
+        assert!(!renewals.has_live_holder(&k, Timestamp::from_secs(60)));
+        assert!(!judged(&renewals, &released, Timestamp::from_secs(60)));
+        assert!(!renewals.has_live_holder(&key("ns", "missing"), Timestamp::from_secs(60)));
     }
 
     /// Review finding 7 (issue 34): the preferred candidate disappears while the pre-empted
@@ -1302,25 +1516,25 @@ mod tests {
         let k = key("ns", "a");
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "1"), "x", 50),
+            &arc(&renewed(lease("ns", "a", "1"), "x", 50)),
             Timestamp::from_secs(50),
         );
         let mut asked = renewed(lease("ns", "a", "2"), "x", 50);
         asked.spec.as_mut().unwrap().preferred_holder = Some("z".into());
-        renewals.watched(&k, &asked, Timestamp::from_secs(51));
+        renewals.watched(&k, &arc(&asked), Timestamp::from_secs(51));
         // The holder renews while it drains; then the controller clears preferredHolder.
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "3"), "x", 52),
+            &arc(&renewed(lease("ns", "a", "3"), "x", 52)),
             Timestamp::from_secs(52),
         );
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "4"), "x", 52),
+            &arc(&renewed(lease("ns", "a", "4"), "x", 52)),
             Timestamp::from_secs(53),
         );
         let released = renewed(lease("ns", "a", "5"), "", 54);
-        renewals.watched(&k, &released, Timestamp::from_secs(54));
+        renewals.watched(&k, &arc(&released), Timestamp::from_secs(54));
         assert_eq!(
             annotated(&renewals, &k, &released),
             (Some(Timestamp::from_secs(54)), None),
@@ -1329,11 +1543,11 @@ mod tests {
         // The next holder's tenure starts with no request.
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "6"), "y", 55),
+            &arc(&renewed(lease("ns", "a", "6"), "y", 55)),
             Timestamp::from_secs(55),
         );
         let left = renewed(lease("ns", "a", "7"), "", 56);
-        renewals.watched(&k, &left, Timestamp::from_secs(56));
+        renewals.watched(&k, &arc(&left), Timestamp::from_secs(56));
         assert_eq!(annotated(&renewals, &k, &left).1.as_deref(), Some("y"));
     }
 
@@ -1346,12 +1560,12 @@ mod tests {
         let mut watch = |holder: &str, renew: i64, seen: i64| {
             version += 1;
             let lease = renewed(lease("ns", "a", &version.to_string()), holder, renew);
-            renewals.watched(&k, &lease, Timestamp::from_secs(seen));
+            renewals.watched(&k, &arc(&lease), Timestamp::from_secs(seen));
             lease
         };
         renewals.listed(
             &k,
-            &renewed(lease("ns", "a", "0"), "x", 50),
+            &arc(&renewed(lease("ns", "a", "0"), "x", 50)),
             Timestamp::from_secs(51),
         );
         let first = watch("x", 60, 61);
@@ -1368,7 +1582,7 @@ mod tests {
         );
         let mut preempted = second.clone();
         preempted.spec.as_mut().unwrap().preferred_holder = Some("y".into());
-        renewals.watched(&k, &preempted, Timestamp::from_secs(75));
+        renewals.watched(&k, &arc(&preempted), Timestamp::from_secs(75));
         assert_eq!(
             period(&preempted),
             Some(Duration::from_secs(11)),
@@ -1398,11 +1612,11 @@ mod tests {
         let k = key("ns", "a");
         renewals.watched(
             &k,
-            &renewed(lease("ns", "a", "1"), "x", 50),
+            &arc(&renewed(lease("ns", "a", "1"), "x", 50)),
             Timestamp::from_secs(50),
         );
         let released = renewed(lease("ns", "a", "2"), "", 55);
-        renewals.watched(&k, &released, Timestamp::from_secs(56));
+        renewals.watched(&k, &arc(&released), Timestamp::from_secs(56));
         assert_eq!(
             annotated(&renewals, &k, &released),
             (Some(Timestamp::from_secs(56)), Some("x".into()))
@@ -1410,18 +1624,18 @@ mod tests {
         assert_eq!(handed_to(&renewals, &k, &released), None, "unasked");
         // Another write that keeps it free (a strategy change, a second release) keeps the name.
         let rewritten = renewed(lease("ns", "a", "3"), "", 57);
-        renewals.watched(&k, &rewritten, Timestamp::from_secs(58));
+        renewals.watched(&k, &arc(&rewritten), Timestamp::from_secs(58));
         assert_eq!(annotated(&renewals, &k, &rewritten).1.as_deref(), Some("x"));
         // Held again: nobody released it.
         let taken = renewed(lease("ns", "a", "4"), "y", 59);
-        renewals.watched(&k, &taken, Timestamp::from_secs(59));
+        renewals.watched(&k, &arc(&taken), Timestamp::from_secs(59));
         assert_eq!(annotated(&renewals, &k, &taken).1, None);
         // Asked to step down for someone else, then released: not a leaver.
         let mut asked = renewed(lease("ns", "a", "5"), "y", 59);
         asked.spec.as_mut().unwrap().preferred_holder = Some("z".into());
-        renewals.watched(&k, &asked, Timestamp::from_secs(60));
+        renewals.watched(&k, &arc(&asked), Timestamp::from_secs(60));
         let made_way = renewed(lease("ns", "a", "6"), "", 61);
-        renewals.watched(&k, &made_way, Timestamp::from_secs(61));
+        renewals.watched(&k, &arc(&made_way), Timestamp::from_secs(61));
         assert_eq!(
             annotated(&renewals, &k, &made_way),
             (Some(Timestamp::from_secs(61)), None)
@@ -1432,18 +1646,18 @@ mod tests {
             "released for the candidate that pre-empted it"
         );
         let again = renewed(lease("ns", "a", "7"), "", 62);
-        renewals.watched(&k, &again, Timestamp::from_secs(62));
+        renewals.watched(&k, &arc(&again), Timestamp::from_secs(62));
         assert_eq!(
             handed_to(&renewals, &k, &again).as_deref(),
             Some("z"),
             "another write that keeps it free keeps the successor"
         );
         let held = renewed(lease("ns", "a", "8"), "z", 63);
-        renewals.watched(&k, &held, Timestamp::from_secs(63));
+        renewals.watched(&k, &arc(&held), Timestamp::from_secs(63));
         assert_eq!(handed_to(&renewals, &k, &held), None, "held again");
         // A release seen only in a relist has no known releaser.
         let fresh = Renewals::default();
-        fresh.listed(&k, &released, Timestamp::from_secs(70));
+        fresh.listed(&k, &arc(&released), Timestamp::from_secs(70));
         assert_eq!(
             annotated(&fresh, &k, &released),
             (Some(Timestamp::from_secs(70)), None)

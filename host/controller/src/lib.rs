@@ -4,8 +4,8 @@
 //! Shape: one election step is a pure function over plain data (`conclave_core::step`: a Lease
 //! snapshot, candidate snapshots and now in, the writes to make out); this crate does the I/O
 //! around it, one concern per module, in the order a watch event meets them:
-//! - [`cache`]: kube-rs reflectors on Leases and LeaseCandidates (cluster-wide or per namespace);
-//!   followers keep these caches warm;
+//! - [`cache`]: kube-rs reflectors on Leases and LeaseCandidates (cluster-wide or per namespace),
+//!   decoded without their managedFields ([`wire`]); followers keep these caches warm;
 //! - [`index`]: what each watch event does besides updating its store: the candidate index, acks,
 //!   read-your-writes ([`own_writes`]) and enqueueing its [`LeaseKey`] (testable without a server);
 //! - [`queue`]: Lease keys, deduplicated, delayed re-adds (ping windows, expiry timers), one worker
@@ -39,6 +39,7 @@ pub mod pods;
 pub mod queue;
 pub mod reconcile;
 pub mod status;
+pub mod wire;
 pub mod writer;
 
 pub use decide::{Decide, DecideError, DecideErrorKind};
@@ -269,12 +270,16 @@ impl Context {
         managed
             .iter()
             .filter(|key| {
+                // Most Leases have a leader, which one lookup finds: no record is built.
+                if self.caches.has_live_holder(key, now) {
+                    return false;
+                }
                 let lease = self.caches.lease(key).map(|lease| {
                     let mut record = lease_record(&lease);
                     self.caches.annotate(key, &mut record, now);
                     record
                 });
-                // Most Leases have a leader: their candidates are not gathered.
+                // Nor are the candidates of a Lease with a leader gathered.
                 if !without_leader(lease.as_ref(), now) {
                     return false;
                 }

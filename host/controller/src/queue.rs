@@ -13,13 +13,16 @@
 //! handle within an ack window.
 
 use super::key::LeaseKey;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What the queue holds: Leases.
 pub type Key = LeaseKey;
+
+/// A place in the queue's timer: a deadline and a sequence number unique to the slot.
+type Slot = (Instant, u64);
 
 #[derive(Default)]
 struct State {
@@ -32,16 +35,22 @@ struct State {
     queued: HashSet<Key>,
     active: HashSet<Key>,
     dirty: HashSet<Key>,
-    delayed: BTreeSet<(Instant, Key)>,
-    deadline_of: HashMap<Key, Instant>,
+    /// Delayed keys by deadline, then by when they were delayed: a slot is found and moved by
+    /// comparing numbers only, never keys (each renewal of a settled Lease moves its key's slot,
+    /// thousands of times a second at scale).
+    delayed: BTreeMap<Slot, Key>,
+    /// Each delayed key's slot in `delayed`.
+    deadline_of: HashMap<Key, Slot>,
+    /// The sequence number of the next slot.
+    next_slot: u64,
     first_added: HashMap<Key, Instant>,
     shutdown: bool,
 }
 
 impl State {
     fn push_ready(&mut self, key: Key) {
-        if let Some(at) = self.deadline_of.remove(&key) {
-            self.delayed.remove(&(at, key.clone()));
+        if let Some(slot) = self.deadline_of.remove(&key) {
+            self.delayed.remove(&slot);
         }
         if self.active.contains(&key) {
             self.dirty.insert(key);
@@ -55,7 +64,7 @@ impl State {
     }
 
     fn promote_due(&mut self, now: Instant) {
-        while let Some((at, _)) = self.delayed.first() {
+        while let Some(((at, _), _)) = self.delayed.first_key_value() {
             if *at > now {
                 break;
             }
@@ -64,6 +73,35 @@ impl State {
             };
             self.deadline_of.remove(&key);
             self.push_ready(key);
+        }
+    }
+
+    /// The earliest deadline of a delayed key.
+    fn earliest(&self) -> Option<Instant> {
+        self.delayed.first_key_value().map(|((at, _), _)| *at)
+    }
+
+    /// Delays `key` until `at` (`None`: no longer delayed), whatever its deadline was. A key
+    /// already delayed keeps its entries, moved, with no key cloned or compared but in one lookup.
+    fn delay(&mut self, key: Key, at: Option<Instant>) {
+        let slot = at.map(|at| (at, self.next_slot));
+        self.next_slot += 1;
+        match (self.deadline_of.get_mut(&key), slot) {
+            (Some(current), Some(slot)) => {
+                let moved = std::mem::replace(current, slot);
+                let key = self.delayed.remove(&moved).unwrap_or(key);
+                self.delayed.insert(slot, key);
+            }
+            (Some(_), None) => {
+                if let Some(moved) = self.deadline_of.remove(&key) {
+                    self.delayed.remove(&moved);
+                }
+            }
+            (None, Some(slot)) => {
+                self.deadline_of.insert(key.clone(), slot);
+                self.delayed.insert(slot, key);
+            }
+            (None, None) => {}
         }
     }
 }
@@ -115,14 +153,14 @@ impl WorkQueue {
             if st.shutdown || st.queued.contains(&key) {
                 return;
             }
-            if let Some(&existing) = st.deadline_of.get(&key) {
-                if existing <= at {
-                    return;
-                }
-                st.delayed.remove(&(existing, key.clone()));
+            if st
+                .deadline_of
+                .get(&key)
+                .is_some_and(|(existing, _)| *existing <= at)
+            {
+                return;
             }
-            st.deadline_of.insert(key.clone(), at);
-            st.delayed.insert((at, key));
+            st.delay(key, Some(at));
         }
         // Wake a worker so it re-computes the earliest deadline it sleeps until.
         self.notify.notify_one();
@@ -146,15 +184,9 @@ impl WorkQueue {
                 // earliest rarely comes sooner: only then is a worker woken to sleep less. The
                 // others cost at most one early wake-up, at the old deadline, not one per
                 // renewal (5,000 a second at 10,000 Leases renewed every 2 s).
-                let earliest = st.delayed.first().map(|(earliest, _)| *earliest);
-                if let Some(existing) = st.deadline_of.remove(&key) {
-                    st.delayed.remove(&(existing, key.clone()));
-                }
+                let earliest = st.earliest();
+                st.delay(key, at);
                 let sooner = at.is_some_and(|at| earliest.is_none_or(|earliest| at < earliest));
-                if let Some(at) = at {
-                    st.deadline_of.insert(key.clone(), at);
-                    st.delayed.insert((at, key));
-                }
                 drop(st);
                 if sooner {
                     self.notify.notify_one();
@@ -190,7 +222,7 @@ impl WorkQueue {
                     }
                     return Some(Item { key, triggered_at });
                 }
-                st.delayed.first().map(|(at, _)| *at)
+                st.earliest()
             };
             match sleep_until {
                 Some(at) => {
@@ -368,6 +400,33 @@ mod tests {
         q.add_at(key("b"), Instant::now() + Duration::from_secs(5));
         q.renewed(key("b"), None);
         assert!(q.is_empty());
+    }
+
+    /// Keys due at the same instant each keep their own place: moving one moves only that one.
+    #[tokio::test(start_paused = true)]
+    async fn keys_due_at_the_same_instant_are_each_handed_out_once() {
+        let q = WorkQueue::default();
+        let at = Instant::now() + Duration::from_secs(5);
+        for name in ["a", "b", "c"] {
+            q.add_at(key(name), at);
+        }
+        q.renewed(key("b"), Some(at + Duration::from_secs(5)));
+        q.renewed(key("c"), Some(at));
+        assert_eq!(q.len(), 3);
+        let mut handed = Vec::new();
+        while !q.is_empty() {
+            let item = q.next().await.expect("a key");
+            handed.push((
+                item.key.name.clone(),
+                Instant::now() >= at + Duration::from_secs(5),
+            ));
+            q.done(item);
+        }
+        handed.sort();
+        assert_eq!(
+            handed,
+            [("a".into(), false), ("b".into(), true), ("c".into(), false)]
+        );
     }
 
     /// A renewal wakes no worker unless it makes the earliest deadline sooner; then the sleeping

@@ -1146,6 +1146,11 @@ async fn a_lease_read_after_a_conflict_stands_in_while_the_watch_lags() {
     })
     .await;
 
+    // The controller's caches are synced once it is active, but its Lease watch may open just
+    // after: held before that, the watch would replay the Lease's creation at once.
+    tokio::time::timeout(WAIT, emu.faults().watch_followed("leases", Some(NS)))
+        .await
+        .expect("the controller to watch Leases");
     emu.faults().hold_watch_events("leases");
     let duration = 10;
     let renewed = jiff::Timestamp::now();

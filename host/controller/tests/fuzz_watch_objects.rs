@@ -5,10 +5,12 @@
 //! What is fuzzed: each object as JSON (mutated-valid objects with absent, empty, huge or
 //! non-ASCII strings, negative and huge durations and counters, times at the ends of the range
 //! and malformed, unknown strategies, malformed versions, unknown fields, wrong types; and plain
-//! garbage), decoded as kube-rs's watcher decodes a watch line (`WatchEvent<K>`), slimmed as
-//! [`cache::slim`] and [`pods::slim_pod`] slim them, then applied and deleted in any order through
-//! [`index::leases`] and [`index::candidates`] on reflector stores; sometimes hundreds of
-//! candidates for one Lease. Then, for every Lease key enqueued, what `reconcile` reads: the Lease
+//! garbage), decoded as kube-rs's watcher decodes a watch line (`WatchEvent<K>`): Leases and
+//! LeaseCandidates through [`wire::Cached`], as the controller's watches decode them (and each
+//! checked against k8s-openapi's own decoder: whatever it decodes, `Cached` decodes to the same
+//! object without managedFields), Pods slimmed as [`pods::slim_pod`] slims them; then applied
+//! and deleted in any order through [`index::leases`] (its cache) and [`index::candidates`] (on
+//! a reflector store); sometimes hundreds of candidates for one Lease. Then, for every Lease key enqueued, what `reconcile` reads: the Lease
 //! record, the candidates of its key with invalid ones left out (`validate_lease_candidate`), the
 //! process records and Pod reports of pod liveness, and one election step answered by the first
 //! candidate by name.
@@ -26,7 +28,7 @@
 use conclave_controller::index::{self, CandidateIndex, Pings, Renewals};
 use conclave_controller::own_writes::OwnWrites;
 use conclave_controller::queue::WorkQueue;
-use conclave_controller::{LeaseKey, cache, pods};
+use conclave_controller::{LeaseKey, pods, wire};
 use conclave_core::k8s::{
     candidate_view, lease_record, pod_report, process_record, validate_lease,
     validate_lease_candidate,
@@ -40,6 +42,7 @@ use futures::stream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::WatchEvent;
 use kube::runtime::{reflector, watcher};
 use proptest::prelude::*;
@@ -170,8 +173,12 @@ fn metadata(namespace: &'static str) -> impl Strategy<Value = Value> {
             let mut meta = json!({
                 "name": name, "namespace": ns, "resourceVersion": rv,
                 "creationTimestamp": created,
-                "managedFields": [{"manager": "m", "operation": "Update"}],
+                "managedFields": [{"manager": "m", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:holderIdentity": {}}}}],
             });
+            if let Some(labels) = &annotations {
+                meta["labels"] = json!(labels);
+            }
             let mut notes = json!(annotations.unwrap_or_default());
             if let Some((pod, uid)) = owner {
                 meta["ownerReferences"] = json!([
@@ -370,6 +377,45 @@ fn decode<K: serde::de::DeserializeOwned + kube::Resource>(
     }
 }
 
+/// `line` decoded as the controller's watches decode it ([`wire::Cached`]), after checking it
+/// against k8s-openapi's decoder: what that decodes, `Cached` decodes to the same object without
+/// managedFields; what `Cached` refuses, that refuses too (`Cached` only accepts more: any JSON as
+/// managedFields, which it never reads).
+fn decode_slim<K>(line: &Line) -> Result<Option<watcher::Event<wire::Cached<K>>>, String>
+where
+    K: wire::SpecKind
+        + serde::de::DeserializeOwned
+        + kube::Resource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Clone
+        + PartialEq
+        + std::fmt::Debug,
+{
+    let whole = decode::<K>(line)?.and_then(|event| match event {
+        watcher::Event::Apply(mut o) | watcher::Event::Delete(mut o) => {
+            o.meta_mut().managed_fields = None;
+            Some(o)
+        }
+        _ => None,
+    });
+    let cached = decode::<wire::Cached<K>>(line)?;
+    let cached_object = cached.as_ref().and_then(|event| match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(K::clone(o)),
+        _ => None,
+    });
+    match (whole, cached_object) {
+        (Some(whole), Some(cached)) if whole != cached => Err(format!(
+            "Cached decoded {cached:?}, k8s-openapi {whole:?}, from {}",
+            line.object
+        )),
+        (Some(_), None) => Err(format!(
+            "Cached refused what k8s-openapi decodes: {}",
+            line.object
+        )),
+        _ => Ok(cached),
+    }
+}
+
 /// The time the fuzzed objects cluster around (2027-01-15T08:00:00Z).
 const NOW: i64 = 1_800_000_000;
 
@@ -405,19 +451,13 @@ fn check(
     let total = batch.leases.len() + batch.candidates.len() + batch.pods.len();
     let mut lease_events = Vec::new();
     for line in &batch.leases {
-        if let Some(mut event) = decode::<Lease>(line).map_err(TestCaseError::fail)? {
-            if let watcher::Event::Apply(o) | watcher::Event::Delete(o) = &mut event {
-                cache::slim(o);
-            }
+        if let Some(event) = decode_slim::<Lease>(line).map_err(TestCaseError::fail)? {
             lease_events.push(event);
         }
     }
     let mut candidate_events = Vec::new();
     for line in &batch.candidates {
-        if let Some(mut event) = decode::<LeaseCandidate>(line).map_err(TestCaseError::fail)? {
-            if let watcher::Event::Apply(o) | watcher::Event::Delete(o) = &mut event {
-                cache::slim(o);
-            }
+        if let Some(event) = decode_slim::<LeaseCandidate>(line).map_err(TestCaseError::fail)? {
             candidate_events.push(event);
         }
     }
@@ -435,7 +475,6 @@ fn check(
         &reached.undecodable,
         total - lease_events.len() - candidate_events.len() - pod_objects.len(),
     );
-    let (lease_store, lease_writer) = reflector::store();
     let (candidate_store, candidate_writer) = reflector::store();
     let own_writes = OwnWrites::default();
     let renewals = Renewals::default();
@@ -444,11 +483,12 @@ fn check(
     let queue = WorkQueue::default();
     rt.block_on(async {
         index::leases(
-            reflector::reflector(lease_writer, watch_stream(lease_events)),
-            &lease_store,
+            watch_stream(lease_events),
+            None,
             &own_writes,
             &renewals,
             &queue,
+            &tokio::sync::watch::Sender::new(false),
         )
         .await;
         index::candidates(
@@ -491,10 +531,7 @@ fn check(
         );
 
         // What `reconcile` reads: the Lease record, and the valid candidates.
-        let lease = lease_store
-            .state()
-            .into_iter()
-            .find(|l| LeaseKey::of_lease(l).as_ref() == Some(key));
+        let lease = renewals.lease(key);
         let record = lease.as_deref().map(|lease| {
             let _ = validate_lease(lease);
             let mut record = lease_record(lease);

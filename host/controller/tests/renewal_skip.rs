@@ -20,6 +20,7 @@ use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use proptest::prelude::*;
+use std::sync::Arc;
 use std::time::Duration;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -261,7 +262,7 @@ impl Run {
             .lease
             .clone()
             .expect("a Lease event of an existing Lease");
-        match self.renewals.watched(&key(), &lease, self.time()) {
+        match self.renewals.watched(&key(), &Arc::new(lease), self.time()) {
             Watched::Renewal { recheck_at } if self.skip => {
                 self.skipped += 1;
                 self.timer = recheck_at;

@@ -6,7 +6,7 @@
 use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use crate::store::Store;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -84,12 +84,46 @@ struct FaultState {
     rules: Vec<FailRule>,
 }
 
+/// A watch's resource (plural name) and namespace (`None`: all namespaces).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct WatchScope {
+    resource: String,
+    namespace: Option<String>,
+}
+
+impl WatchScope {
+    fn new(resource: &str, namespace: Option<&str>) -> Self {
+        Self {
+            resource: resource.to_owned(),
+            namespace: namespace.map(str::to_owned),
+        }
+    }
+}
+
+/// A watch counted by [`Faults::watch_followed`] while it lives.
+pub(crate) struct Following {
+    faults: Faults,
+    scope: WatchScope,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.faults.inner.following.send_modify(|open| {
+            if let Some(n) = open.get_mut(&self.scope) {
+                *n = n.saturating_sub(1);
+            }
+        });
+    }
+}
+
 /// The shared fault state plus what it needs to act on watches and history.
 pub(crate) struct FaultsInner {
     state: Mutex<FaultState>,
     watches: Mutex<CancellationToken>,
     /// The resources (plural names) whose watch events are held back.
     held: watch::Sender<BTreeSet<String>>,
+    /// How many watches of each resource and scope follow live events now.
+    following: watch::Sender<BTreeMap<WatchScope, usize>>,
     store: Arc<Store>,
 }
 
@@ -114,6 +148,7 @@ impl Faults {
                 state: Mutex::new(FaultState::default()),
                 watches: Mutex::new(CancellationToken::new()),
                 held: watch::Sender::new(BTreeSet::new()),
+                following: watch::Sender::new(BTreeMap::new()),
                 store,
             }),
         }
@@ -157,11 +192,39 @@ impl Faults {
     /// bookmarks included, until [`Faults::release_watch_events`]: the connections stay open and
     /// the events queue up in order, as when kube-apiserver's watch cache falls behind etcd.
     /// Lets a test make a client act on a cache that lags behind the server. Watches started
-    /// while held send their initial list and replay at once, and hold only later events.
+    /// while held send their initial list and replay at once, and hold only later events: wait
+    /// for the client's watch with [`Faults::watch_followed`] before holding.
     pub fn hold_watch_events(&self, resource: &str) {
         self.inner.held.send_modify(|held| {
             held.insert(resource.to_owned());
         });
+    }
+
+    /// Waits until a watch of `resource` (plural name) in `namespace` (`None`: across all
+    /// namespaces) has sent its initial events and replay and follows live events. A test that
+    /// holds a client's watch events ([`Faults::hold_watch_events`]) waits for this first: a
+    /// watch that opens while held still replays what happened since its resourceVersion, so
+    /// holding before the client's watch is open holds nothing.
+    pub async fn watch_followed(&self, resource: &str, namespace: Option<&str>) {
+        let scope = WatchScope::new(resource, namespace);
+        let mut following = self.inner.following.subscribe();
+        // The sender lives in `self`, so the wait cannot end in an error.
+        let _ = following
+            .wait_for(|open| open.get(&scope).is_some_and(|n| *n > 0))
+            .await;
+    }
+
+    /// Counts a watch of `resource` in `namespace` as following live events until the returned
+    /// guard is dropped (see [`Faults::watch_followed`]).
+    pub(crate) fn follow(&self, resource: &str, namespace: Option<&str>) -> Following {
+        let scope = WatchScope::new(resource, namespace);
+        self.inner.following.send_modify(|open| {
+            *open.entry(scope.clone()).or_default() += 1;
+        });
+        Following {
+            faults: self.clone(),
+            scope,
+        }
     }
 
     /// Delivers the events held back by [`Faults::hold_watch_events`] of `resource`, in order,

@@ -533,6 +533,7 @@ impl Handler<'_> {
             shutdown: self.app.shutdown.clone(),
             bookmark_interval: self.app.bookmark_interval,
             held: self.app.faults.held_watches(),
+            faults: self.app.faults.clone(),
         };
         let body = watch::watch_body(self.app.store.clone(), req, control);
         let mut resp = Response::new(body);

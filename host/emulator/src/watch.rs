@@ -49,6 +49,8 @@ pub(crate) struct WatchControl {
     pub bookmark_interval: Duration,
     /// The resources whose live events are held back (`Faults::hold_watch_events`).
     pub held: tokio::sync::watch::Receiver<std::collections::BTreeSet<String>>,
+    /// Where the watch is counted once it follows live events (`Faults::watch_followed`).
+    pub faults: crate::faults::Faults,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -222,6 +224,7 @@ async fn run(store: Arc<Store>, sender: Sender, control: WatchControl) {
         control.bookmark_interval,
     );
     let plural = RESOURCES[req.res].plural;
+    let _following = control.faults.follow(plural, req.namespace.as_deref());
     let mut held = control.held;
     loop {
         // Held events wait in `live`, in order, until released (a long hold ends in `Lagged`,

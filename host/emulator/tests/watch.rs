@@ -353,6 +353,54 @@ async fn drop_watches_ends_open_streams() {
     ));
 }
 
+/// A test that holds a client's watch events first waits for the client's watch: it is counted
+/// once it follows live events, in its own namespace only, and no longer once it ends.
+#[tokio::test]
+async fn a_watch_is_counted_as_followed_while_it_follows_live_events() {
+    let (emulator, client) = common::start().await;
+    let faults = emulator.faults();
+    let api: Api<Lease> = Api::namespaced(client, "default");
+    let short = std::time::Duration::from_millis(300);
+    let followed = || faults.watch_followed("leases", Some("default"));
+    assert!(
+        tokio::time::timeout(short, followed()).await.is_err(),
+        "followed before any watch"
+    );
+    let mut stream = api
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    tokio::time::timeout(WAIT, followed())
+        .await
+        .expect("the open watch is counted");
+    let elsewhere = faults.watch_followed("leases", Some("other"));
+    assert!(
+        tokio::time::timeout(short, elsewhere).await.is_err(),
+        "a watch of default counted for another namespace"
+    );
+    let everywhere = faults.watch_followed("leases", None);
+    assert!(
+        tokio::time::timeout(short, everywhere).await.is_err(),
+        "a namespaced watch counted as one across all namespaces"
+    );
+
+    faults.drop_watches();
+    let ended = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("stream ends");
+    assert!(matches!(ended, Ok(None)), "{ended:?}");
+    // The server's side of the watch ends with the stream; it is no longer counted.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::timeout(short, followed()).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an ended watch still counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn held_watch_events_arrive_in_order_when_released() {
     let (emulator, client) = common::start().await;

@@ -103,6 +103,13 @@ pub struct NodeSoakReport {
     pub holder_dead_events: usize,
     /// `HolderDead` Events naming a process that was never killed (must stay empty).
     pub wrongly_dead: Vec<String>,
+    /// Holder changes the driver saw in the Leases (it stops at `config.hand_offs`).
+    pub holder_changes: usize,
+    /// Holders the driver saw in a Lease whose process's output was read and shows no term:
+    /// elected, then killed or gone before its first renewal started one (the controller sets it
+    /// aside and elects another). Each explains a holder change the driver saw without a
+    /// hand-off the checker reads.
+    pub never_led: Vec<String>,
     /// The checker's verdict.
     pub verdict: Verdict,
 }
@@ -416,6 +423,8 @@ struct Soak<'a> {
     /// The last holder seen on each Lease, and the changes seen.
     last_holders: BTreeMap<usize, String>,
     holder_changes: usize,
+    /// Every holder seen.
+    holders_seen: BTreeSet<String>,
     report: NodeSoakReport,
 }
 
@@ -484,6 +493,9 @@ impl Soak<'_> {
     async fn event(&mut self, lease: usize) -> Result<(), Error> {
         let name = lease_name(lease);
         let look = look_at_election(self.client, SOAK_NAMESPACE, &name).await?;
+        if let Some(holder) = &look.holder {
+            self.holders_seen.insert(holder.clone());
+        }
         if let Some(holder) = &look.holder
             && self
                 .last_holders
@@ -709,6 +721,7 @@ pub async fn run(
         kills: BTreeMap::new(),
         last_holders: BTreeMap::new(),
         holder_changes: 0,
+        holders_seen: BTreeSet::new(),
         report: NodeSoakReport {
             config: config.clone(),
             elapsed: Duration::ZERO,
@@ -723,6 +736,8 @@ pub async fn run(
             unexpected_exits: Vec::new(),
             holder_dead_events: 0,
             wrongly_dead: Vec::new(),
+            holder_changes: 0,
+            never_led: Vec::new(),
             verdict: Verdict::default(),
         },
         config,
@@ -754,6 +769,7 @@ pub async fn run(
     let logs = collector.finish();
     let mut checker = Checker::default();
     let mut killed = BTreeSet::new();
+    let (mut read, mut led) = (BTreeSet::new(), BTreeSet::new());
     for ((pod, uid, restart), text) in &logs {
         let Some(lease) = soak.created.get(uid) else {
             continue;
@@ -763,6 +779,11 @@ pub async fn run(
             output.push_str(&format!("{{\"event\":\"killed\",\"monotonic_ns\":{at}}}\n"));
             killed.extend(elected_as(&output));
         }
+        let took_part_as = elected_as(&output);
+        if output.contains("\"event\":\"leading\"") {
+            led.extend(took_part_as.clone());
+        }
+        read.extend(took_part_as);
         let identity = format!("{pod}#{restart}");
         let file = soak.config.output_dir.join(format!("{identity}.out"));
         std::fs::write(&file, &output).map_err(|source| Error::Io {
@@ -773,6 +794,14 @@ pub async fn run(
         soak.report.processes += 1;
     }
     soak.report.verdict = checker.verdict();
+    soak.report.holder_changes = soak.holder_changes;
+    // Only processes whose whole output was read: a holder without one explains nothing.
+    soak.report.never_led = soak
+        .holders_seen
+        .iter()
+        .filter(|holder| read.contains(*holder) && !led.contains(*holder))
+        .cloned()
+        .collect();
     let events: Api<Event> = Api::namespaced(client.clone(), SOAK_NAMESPACE);
     for event in events.list(&ListParams::default()).await?.items {
         if event.reason.as_deref() != Some("HolderDead") {
@@ -838,6 +867,15 @@ impl fmt::Display for NodeSoakReport {
                 format!(
                     "{} kills of the active replica's container, {} Pods retired",
                     self.controller_kills, self.controller_deletions
+                ),
+            ),
+            (
+                "holder changes the driver saw",
+                format!(
+                    "{}, {} of them to a holder that never led ({})",
+                    self.holder_changes,
+                    self.never_led.len(),
+                    self.never_led.join(", ")
                 ),
             ),
             ("overlaps", v.overlaps.len().to_string()),
