@@ -275,10 +275,9 @@ async fn no_two_leaders_under_random_handoffs_crashes_and_api_faults() {
             _ => {}
         }
         if round > 5 && rng.chance(6) {
-            // Crash the holder if it is one of ours, else anyone; start a new incarnation.
-            let holder = get_spec(&client, LEASE)
-                .await
-                .and_then(|s| s.holder_identity);
+            // Crash the holder if it is one of ours, else anyone (also when an injected fault
+            // fails the read); start a new incarnation.
+            let holder = holder(&client, NS, LEASE).await;
             let index = procs
                 .iter()
                 .position(|p| Some(&p.who) == holder.as_ref())
