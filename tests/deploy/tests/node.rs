@@ -439,13 +439,30 @@ fn hand_offs(looks: &[ElectionLook]) -> Vec<(String, String, Duration, bool)> {
 
 /// Counts the replicas answering `ok: active` every [`DRILL_POLL`] until dropped: the most seen
 /// at once, and what they said then.
+///
+/// The replicas are asked one after the other, so a hand-off between two answers would read as
+/// two replicas active at once. Each look therefore asks every replica twice, in two rounds, and
+/// counts a replica active only when both its answers say so: two replicas counted active were
+/// both active when the second of them first answered.
 fn active_log(kubeconfig: &Path) -> Observer<(usize, Vec<Replica>)> {
     Observer::start(
         kubeconfig.to_owned(),
         DRILL_POLL,
         LOOK_TIMEOUT,
         (0, Vec::new()),
-        |client| async move { replicas(&Api::namespaced(client, RELEASE_NAMESPACE)).await },
+        |client| async move {
+            let pods = Api::namespaced(client, RELEASE_NAMESPACE);
+            let first = replicas(&pods).await?;
+            let mut second = replicas(&pods).await?;
+            for replica in &mut second {
+                let before = first.iter().find(|f| f.name == replica.name);
+                let said = before.map_or("", |f| f.role.as_str());
+                if said != replica.role {
+                    replica.role = format!("{} (first {said:?})", replica.role);
+                }
+            }
+            Ok(second)
+        },
         |most: &mut (usize, Vec<Replica>), answer| {
             if let Ok(now) = answer {
                 let active = now.iter().filter(|r| r.role == "ok: active").count();
