@@ -96,8 +96,14 @@ impl OwnWrites {
     /// A watch event of Lease `key` arrived: the cache is now the truth for it.
     pub fn observed(&self, key: &LeaseKey) {
         let mut state = self.lock();
-        state.known.remove(key);
-        state.in_flight.remove(key);
+        // Both are empty but while this controller's writes are in flight or unwatched: skip
+        // hashing the key into them for each of the thousands of renewals a second.
+        if !state.known.is_empty() {
+            state.known.remove(key);
+        }
+        if !state.in_flight.is_empty() {
+            state.in_flight.remove(key);
+        }
     }
 
     /// A relist completed: the cache is the truth for every Lease.
