@@ -181,14 +181,15 @@ impl CandidateConfig {
     }
 
     /// The LeaseCandidate object this instance sends for `lease` (without `renewTime`): in a pod,
-    /// with the ownerReference and the annotations of [`CandidateConfig::pod`], and, when its
+    /// with the ownerReference (in a static pod, the annotations naming it instead) and the
+    /// annotations of [`CandidateConfig::pod`], and, when its
     /// identity is this process's [`crate::default_identity`], the annotation saying no other
     /// process uses it ([`conclave_core::pod::IDENTITY_ANNOTATION`]).
     #[must_use]
     pub fn object(&self, lease: &LeaseConfig) -> LeaseCandidate {
         let pod = self.pod.as_ref();
         let annotations = pod.map(|pod| {
-            let mut annotations = pod.annotations();
+            let mut annotations = pod.annotations(&lease.namespace);
             if lease.identity == crate::identity::default_identity() {
                 annotations.insert(
                     conclave_core::pod::IDENTITY_ANNOTATION.to_owned(),

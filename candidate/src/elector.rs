@@ -854,6 +854,7 @@ struct EndTermOnDrop(Term);
 impl Drop for EndTermOnDrop {
     fn drop(&mut self) {
         self.0.stop();
+        self.0.let_go();
         self.0.abort_running();
     }
 }
@@ -1315,6 +1316,7 @@ impl Runner {
         };
         let lost = reason == StopReason::LeaseLost;
         if lost {
+            term.let_go();
             tracing::warn!(lease = %key, term = number, lease_transitions, "lease lost; cancelling the term at once");
         } else {
             tracing::info!(lease = %key, term = number, lease_transitions, reason = reason.label(), "ending the term gracefully");
@@ -1356,6 +1358,7 @@ impl Runner {
             reason,
             leaked_tasks: leaked,
         });
+        term.let_go();
         drop(term);
         if shutdown {
             self.stop_candidate().await;
@@ -1436,6 +1439,7 @@ impl Runner {
                 () = tokio::time::sleep_until(deadline), if lost_at.is_none() => {
                     tracing::warn!(lease = %self.config().key(), "renew deadline passed while draining; the Lease counts as lost");
                     lost_at = Some(Instant::now());
+                    term.let_go();
                 }
                 // Lost, it still looks every retry period (without renewing): a Lease named for
                 // someone else ends the drain at once.
@@ -1445,16 +1449,21 @@ impl Runner {
                         Check::Holding | Check::Preempted(_) => {}
                         Check::Gone => {
                             lost_at.get_or_insert_with(Instant::now);
+                            term.let_go();
                         }
                         Check::Taken => {
                             lost_at.get_or_insert_with(Instant::now);
                             taken = true;
+                            term.let_go();
                         }
                     }
                 }
             }
         };
         let still_held = lost_at.is_none();
+        if !still_held {
+            term.let_go();
+        }
         if finished {
             return (still_held, 0, true);
         }

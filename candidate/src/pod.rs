@@ -8,7 +8,7 @@
 //! | variable | pod spec | used for |
 //! |---|---|---|
 //! | `POD_NAME` | `fieldRef: metadata.name` | the ownerReference, the identity's prefix |
-//! | `POD_UID` | `fieldRef: metadata.uid` | the ownerReference (without it, none is written) |
+//! | `POD_UID` | `fieldRef: metadata.uid` | the ownerReference (without it, none is written); in a static pod, the annotation `coordination.conclave.dev/pod-uid` instead |
 //! | `POD_NAMESPACE` | `fieldRef: metadata.namespace` | the ownerReference is written only in the Pod's own namespace (else the service account's namespace is taken as the Pod's) |
 //! | `CONTAINER_NAME` | the container's name, as a literal `value` | annotation `coordination.conclave.dev/container` |
 //!
@@ -21,9 +21,18 @@
 //! still lets the controller see that a later instance of the container replaced it, and the
 //! Pod's deletion is seen either way. Reading the own Pod's status would give the container ID
 //! too, but would need RBAC on pods for every component, so it is not done.
+//!
+//! In a static pod (kube-controller-manager and kube-scheduler in a kubeadm cluster) the downward
+//! API's `metadata.uid` is the kubelet's hash of the manifest (32 hexadecimal digits), which names
+//! no API object: the mirror Pod in the API server has a UID of its own and carries the hash in
+//! its `kubernetes.io/config.mirror` annotation. An ownerReference to the hash would make
+//! Kubernetes' garbage collector delete the LeaseCandidate over and over, so a process in a
+//! static pod writes none and names its Pod in the annotations `coordination.conclave.dev/pod`
+//! and `coordination.conclave.dev/pod-uid` ([`PodRef::is_static`]).
 
 use conclave_core::pod::{
-    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, PROCESS_STARTED_ANNOTATION,
+    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, POD_ANNOTATION, POD_UID_ANNOTATION,
+    PROCESS_STARTED_ANNOTATION,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::collections::BTreeMap;
@@ -84,12 +93,27 @@ impl PodRef {
         })
     }
 
+    /// Whether this is a static pod: its UID is the kubelet's hash of the manifest (32
+    /// hexadecimal digits, as the kubelet makes it for a manifest that sets none), not an API
+    /// server's (a UUID, with dashes). No API object has that UID.
+    #[must_use]
+    pub fn is_static(&self) -> bool {
+        self.uid.len() == 32 && self.uid.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
+    /// Whether a LeaseCandidate in `namespace` may name this Pod: not when the Pod's namespace is
+    /// known to be another one (the controller looks the Pod up in the candidate's namespace).
+    fn in_namespace(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+
     /// The ownerReference to put on a LeaseCandidate in `namespace`: the Pod, not a controller
     /// of it, and without `blockOwnerDeletion` (which would need RBAC on the Pod's finalizers).
-    /// `None` when the Pod's namespace is known to be another one.
+    /// `None` when the Pod's namespace is known to be another one, or for a static pod
+    /// ([`PodRef::is_static`]: the garbage collector would delete the candidate).
     #[must_use]
     pub fn owner_reference(&self, namespace: &str) -> Option<OwnerReference> {
-        if self.namespace.as_deref().is_some_and(|ns| ns != namespace) {
+        if !self.in_namespace(namespace) || self.is_static() {
             return None;
         }
         Some(OwnerReference {
@@ -102,10 +126,16 @@ impl PodRef {
         })
     }
 
-    /// The annotations recording the container and the process ([`conclave_core::pod`]).
+    /// The annotations recording the container and the process ([`conclave_core::pod`]) on a
+    /// LeaseCandidate in `namespace`; for a static pod in that namespace, the Pod's name and UID
+    /// too, in place of the ownerReference.
     #[must_use]
-    pub fn annotations(&self) -> BTreeMap<String, String> {
+    pub fn annotations(&self, namespace: &str) -> BTreeMap<String, String> {
         let mut annotations = BTreeMap::new();
+        if self.is_static() && self.in_namespace(namespace) {
+            annotations.insert(POD_ANNOTATION.to_owned(), self.name.clone());
+            annotations.insert(POD_UID_ANNOTATION.to_owned(), self.uid.clone());
+        }
         if let Some(container) = &self.container {
             annotations.insert(CONTAINER_ANNOTATION.to_owned(), container.clone());
         }
@@ -231,9 +261,40 @@ mod tests {
         assert_eq!(owner.block_owner_deletion, None);
         assert_eq!(owner.controller, None);
         assert_eq!(pod.owner_reference("other"), None);
-        let annotations = pod.annotations();
+        let annotations = pod.annotations("ns");
         assert_eq!(annotations[CONTAINER_ANNOTATION], "app");
         assert_eq!(annotations[CONTAINER_ID_ANNOTATION], ID);
         assert!(annotations.contains_key(PROCESS_STARTED_ANNOTATION));
+        assert!(!annotations.contains_key(POD_ANNOTATION));
+    }
+
+    /// A static pod's UID (the kubelet's manifest hash) names no API object: no ownerReference
+    /// (the garbage collector would delete the candidate), the Pod named in annotations instead,
+    /// and only in the Pod's own namespace.
+    #[test]
+    fn a_static_pod_is_named_in_annotations_not_an_owner() {
+        let pod = PodRef {
+            name: "kube-scheduler-node-1".into(),
+            uid: "5b3f2c0e9d8a7b6c5d4e3f2a1b0c9d8e".into(),
+            namespace: Some("kube-system".into()),
+            container: Some("kube-scheduler".into()),
+            container_id: None,
+            process_started: "2026-01-01T00:00:00.000001Z".into(),
+        };
+        assert!(pod.is_static());
+        assert_eq!(pod.owner_reference("kube-system"), None);
+        let annotations = pod.annotations("kube-system");
+        assert_eq!(annotations[POD_ANNOTATION], "kube-scheduler-node-1");
+        assert_eq!(
+            annotations[POD_UID_ANNOTATION],
+            "5b3f2c0e9d8a7b6c5d4e3f2a1b0c9d8e"
+        );
+        assert!(!pod.annotations("other").contains_key(POD_ANNOTATION));
+        let api_pod = PodRef {
+            uid: "0d2c5a6e-1b7f-4c3d-9e8a-2f1b0c9d8e7f".into(),
+            ..pod
+        };
+        assert!(!api_pod.is_static());
+        assert!(api_pod.owner_reference("kube-system").is_some());
     }
 }

@@ -45,6 +45,8 @@ struct TermInner {
     number: u64,
     lease: TermLease,
     token: CancellationToken,
+    /// Cancelled once the Lease no longer counts as held by this term.
+    held: CancellationToken,
     tracker: TaskTracker,
     aborts: Mutex<Vec<AbortHandle>>,
 }
@@ -56,6 +58,7 @@ impl Term {
                 number,
                 lease,
                 token: CancellationToken::new(),
+                held: CancellationToken::new(),
                 tracker: TaskTracker::new(),
                 aborts: Mutex::new(Vec::new()),
             }),
@@ -78,6 +81,20 @@ impl Term {
     #[must_use]
     pub fn token(&self) -> &CancellationToken {
         &self.inner.token
+    }
+
+    /// Cancelled once this instance no longer counts the Lease as its own: the renew deadline of
+    /// its last successful renewal passed (also while the term drains, its renewals failing),
+    /// another holder is named, the Lease was deleted or released, or the term is over. Until
+    /// then the Lease is held even after [`Term::token`] is cancelled: a graceful end (a
+    /// shutdown, a hand-off) keeps renewing it while the term's tasks drain. Work that may run
+    /// during the drain but must never outlive the Lease (writes that only the leader may make)
+    /// checks this token, not the drain's own bounds: a drain that began with renewals already
+    /// failing would otherwise go on writing past the renew deadline, up to the Lease's expiry,
+    /// when another instance may lead.
+    #[must_use]
+    pub fn held(&self) -> &CancellationToken {
+        &self.inner.held
     }
 
     /// Resolves when the term ends.
@@ -123,6 +140,11 @@ impl Term {
     pub(crate) fn stop(&self) {
         self.inner.token.cancel();
         self.inner.tracker.close();
+    }
+
+    /// The Lease no longer counts as held by this term (see [`Term::held`]).
+    pub(crate) fn let_go(&self) {
+        self.inner.held.cancel();
     }
 
     /// Resolves when the term is stopped and all of its tasks have finished.

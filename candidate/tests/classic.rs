@@ -273,3 +273,56 @@ async fn a_missing_namespace_blocks_readiness_with_the_remedy_until_it_exists() 
     assert!(running.handle.is_ready());
     running.stop().await.unwrap();
 }
+
+/// A shutdown while the Lease's renewals fail (the API server refuses every Lease update): the
+/// term drains, and the Lease counts as its own only until the renew deadline of its last
+/// successful renewal. [`Term::held`] is cancelled then, while a task that does not stop is
+/// still running (it is aborted later, before the expiry), and before the Lease as stored
+/// expires: work gated on it (the controller's writes) stops before anyone else may lead.
+#[tokio::test]
+async fn a_drain_whose_renewals_fail_lets_go_of_the_lease_at_the_renew_deadline() {
+    use conclave_emulator::{Failure, Verb};
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    let elector = Elector::classic(client.clone(), lease_config("held-a", "a")).unwrap();
+    let (let_go_tx, let_go) = tokio::sync::oneshot::channel::<jiff::Timestamp>();
+    let let_go_tx = Arc::new(Mutex::new(Some(let_go_tx)));
+    let running = Running::start(elector, move |term: Term| {
+        let let_go_tx = let_go_tx.clone();
+        async move {
+            let worker = term.clone();
+            term.spawn(async move {
+                worker.cancelled().await;
+                worker.held().cancelled().await;
+                if let Some(tx) = let_go_tx.lock().unwrap().take() {
+                    let _ = tx.send(jiff::Timestamp::now());
+                }
+                // A task that does not stop: the drain aborts it.
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    wait_state(&running.handle, "a leads", |s| {
+        s == LeaderState::Leading { term: 1 }
+    })
+    .await;
+    emulator
+        .faults()
+        .fail_next(Verb::Update, "leases", usize::MAX, Failure::InternalError);
+    // Renewals fail for a while before the shutdown.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    running.shutdown.cancel();
+    let at = tokio::time::timeout(WAIT, let_go)
+        .await
+        .expect("the Lease let go of while the term drains")
+        .expect("the task saw it");
+    let spec = get_spec(&client, "held-a").await.unwrap();
+    let renewed = spec.renew_time.expect("renewTime").0;
+    let expiry = renewed + jiff::SignedDuration::from_secs(6);
+    assert!(
+        at < expiry,
+        "the term still counted the Lease as held at {at}, when it expired ({expiry})"
+    );
+    emulator.faults().clear();
+    running.stop().await.unwrap();
+}

@@ -3,8 +3,8 @@
 
 use crate::lease::{ELECTED_BY_ANNOTATION, ELECTED_BY_VALUE, LeaseRecord};
 use crate::pod::{
-    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, ContainerReport, PROCESS_STARTED_ANNOTATION,
-    PodReport, ProcessRecord,
+    CONTAINER_ANNOTATION, CONTAINER_ID_ANNOTATION, ContainerReport, MIRROR_ANNOTATION,
+    POD_ANNOTATION, POD_UID_ANNOTATION, PROCESS_STARTED_ANNOTATION, PodReport, ProcessRecord,
 };
 use crate::request::CandidateView;
 use crate::time::Timestamp;
@@ -196,17 +196,12 @@ pub fn candidate_view(candidate: &LeaseCandidate) -> CandidateView {
 }
 
 /// What a LeaseCandidate records about the process behind it: its Pod (the ownerReference of
-/// kind `Pod`, `apiVersion: v1`) and the container annotations of [`crate::pod`]. `None` when it
-/// names no Pod. A malformed annotation is left out, never an error: the record then only proves
-/// less.
+/// kind `Pod`, `apiVersion: v1`, else the annotations [`POD_ANNOTATION`] and
+/// [`POD_UID_ANNOTATION`] a process in a static pod writes) and the container annotations of
+/// [`crate::pod`]. `None` when it names no Pod. A malformed annotation is left out, never an
+/// error: the record then only proves less.
 #[must_use]
 pub fn process_record(candidate: &LeaseCandidate) -> Option<ProcessRecord> {
-    let owner = candidate
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "Pod" && o.api_version == "v1" && !o.name.is_empty())?;
     let annotation = |key: &str| {
         candidate
             .metadata
@@ -216,9 +211,22 @@ pub fn process_record(candidate: &LeaseCandidate) -> Option<ProcessRecord> {
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
+    let owner = candidate
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Pod" && o.api_version == "v1" && !o.name.is_empty());
+    let (pod_name, pod_uid) = match owner {
+        Some(owner) => (owner.name.clone(), owner.uid.clone()),
+        None => (
+            annotation(POD_ANNOTATION)?,
+            annotation(POD_UID_ANNOTATION).unwrap_or_default(),
+        ),
+    };
     Some(ProcessRecord {
-        pod_name: owner.name.clone(),
-        pod_uid: owner.uid.clone(),
+        pod_name,
+        pod_uid,
         container: annotation(CONTAINER_ANNOTATION),
         container_id: annotation(CONTAINER_ID_ANNOTATION),
         started: annotation(PROCESS_STARTED_ANNOTATION)
@@ -227,8 +235,8 @@ pub fn process_record(candidate: &LeaseCandidate) -> Option<ProcessRecord> {
     })
 }
 
-/// The liveness view of a Pod: its UID and `status.containerStatuses[]` (a Pod without status
-/// has none).
+/// The liveness view of a Pod: its UID, the [`MIRROR_ANNOTATION`] of a static pod's mirror, and
+/// `status.containerStatuses[]` (a Pod without status has none).
 #[must_use]
 pub fn pod_report(pod: &Pod) -> PodReport {
     let containers = pod
@@ -257,8 +265,15 @@ pub fn pod_report(pod: &Pod) -> PodReport {
             }
         })
         .collect();
-    PodReport::Present {
+    PodReport {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
+        mirror_of: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIRROR_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned(),
         containers,
     }
 }
@@ -453,6 +468,17 @@ mod tests {
         let mut bare = candidate.clone();
         bare.metadata.owner_references = None;
         assert_eq!(process_record(&bare), None);
+        // A static pod's process names its Pod in annotations (no ownerReference: its UID names
+        // no API object).
+        let mut static_pod = bare.clone();
+        let annotations = static_pod.metadata.annotations.get_or_insert_default();
+        annotations.insert(POD_ANNOTATION.into(), "kube-scheduler-node-1".into());
+        annotations.insert(POD_UID_ANNOTATION.into(), "0f0f".into());
+        let record = process_record(&static_pod).expect("named in annotations");
+        assert_eq!(
+            (record.pod_name.as_str(), record.pod_uid.as_str()),
+            ("kube-scheduler-node-1", "0f0f")
+        );
 
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web-0", "namespace": "ns", "uid": "u1"},
@@ -464,10 +490,13 @@ mod tests {
             }]}
         }))
         .unwrap();
-        let PodReport::Present { uid, containers } = pod_report(&pod) else {
-            panic!("present");
-        };
+        let PodReport {
+            uid,
+            mirror_of,
+            containers,
+        } = pod_report(&pod);
         assert_eq!(uid, "u1");
+        assert_eq!(mirror_of, None);
         assert_eq!(
             containers[0].container_id.as_deref(),
             Some("containerd://new")
@@ -478,13 +507,11 @@ mod tests {
         );
         assert!(!containers[0].terminated);
         assert!(containers[0].started_at.is_some());
-        assert_eq!(
-            pod_report(&Pod::default()),
-            PodReport::Present {
-                uid: String::new(),
-                containers: Vec::new()
-            }
-        );
+        assert_eq!(pod_report(&Pod::default()), PodReport::default());
+        let mut mirror = pod.clone();
+        mirror.metadata.annotations =
+            Some([(String::from(MIRROR_ANNOTATION), String::from("0f0f"))].into());
+        assert_eq!(pod_report(&mirror).mirror_of.as_deref(), Some("0f0f"));
     }
 
     /// The clock advances with the monotonic clock from one wall-clock reading: whatever the

@@ -70,7 +70,7 @@ pub async fn leases<S>(
             Ok(watcher::Event::Delete(lease)) => {
                 if let Some(key) = LeaseKey::of_lease(&lease) {
                     renewals.deleted(&key, &lease, now());
-                    own_writes.observed(&key);
+                    own_writes.observed_deletion(&key);
                     queue.add(key);
                 }
             }
@@ -596,6 +596,12 @@ impl Renewals {
     /// deleted now ([`Renewals::deleted`]), so that it is not created again for someone else
     /// while its holder may still lead. Leases of other namespaces, watched by other watches,
     /// are left as they are.
+    ///
+    /// Its holder may have renewed it while the watch was down, unseen, up to its deletion,
+    /// which came before this list: it may lead until `now` plus its duration, not only until
+    /// the last renewal this controller saw plus its duration (issue 47, finding 2: a Lease
+    /// renewed during a 21 s outage and then deleted was created again for another candidate at
+    /// once, 8 s before its holder's term ended).
     pub fn relisted(&self, namespace: Option<&str>, listed: &HashSet<LeaseKey>, now: Timestamp) {
         let mut state = lock(&self.0);
         let gone: Vec<LeaseKey> = state
@@ -611,9 +617,7 @@ impl Renewals {
             let renewal = watch.renewal;
             if let (Some(_), Some(duration)) = (named(renewal.holder.as_deref()), renewal.duration)
             {
-                state
-                    .deleted_while_held
-                    .insert(key, renewal.seen_at.min(now) + duration);
+                state.deleted_while_held.insert(key, now + duration);
             }
         }
     }
@@ -1593,9 +1597,11 @@ mod tests {
     }
 
     /// Review finding 1 (issue 34), after a relist: a held Lease the relist no longer shows (deleted
-    /// while the watch was down, or lost by the server) is held until its last renewal expires.
+    /// while the watch was down, or lost by the server) is held until a renewal its holder may
+    /// have made unseen, up to the relist, expires (issue 47, finding 2): the relist's time plus
+    /// its duration, however long ago the last renewal this controller saw.
     #[test]
-    fn a_held_lease_missing_from_a_relist_is_held_until_its_last_renewal_expires() {
+    fn a_held_lease_missing_from_a_relist_is_held_until_a_renewal_at_the_relist_expires() {
         let renewals = Renewals::default();
         let mut held = renewed(lease("ns", "a", "1"), "x", 40);
         held.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
@@ -1605,14 +1611,15 @@ mod tests {
             &arc(&renewed(lease("ns", "kept", "1"), "y", 50)),
             Timestamp::from_secs(50),
         );
+        // The watch was down from 50 s to 71 s; the relist comes at 71 s.
         renewals.relisted(
             Some("ns"),
             &[key("ns", "kept")].into(),
-            Timestamp::from_secs(52),
+            Timestamp::from_secs(71),
         );
         assert_eq!(
-            renewals.held_after_deletion(&key("ns", "a"), Timestamp::from_secs(60)),
-            Some(Timestamp::from_secs(65))
+            renewals.held_after_deletion(&key("ns", "a"), Timestamp::from_secs(72)),
+            Some(Timestamp::from_secs(86))
         );
         assert!(
             renewals.lease(&key("ns", "a")).is_none(),
@@ -1642,7 +1649,7 @@ mod tests {
         renewals.relisted(Some("other"), &HashSet::new(), now);
         assert_eq!(
             renewals.held_after_deletion(&key("other", "a"), now),
-            Some(Timestamp::from_secs(65))
+            Some(Timestamp::from_secs(67))
         );
     }
 

@@ -8,9 +8,11 @@
 //!   nothing more, from that moment on;
 //! - the process is shutting down: the elector still holds the Lease while the term drains (it
 //!   renews it until the release), so a step already under way may finish its writes, within a
-//!   grace period counted from the end of the term ([`Leadership::ended`]). The grace is the renew
-//!   deadline less one retry period, so even if every renewal during the drain failed, the last
-//!   renewal before the end still covers it.
+//!   grace period counted from the end of the term ([`Leadership::ended`]), and only while the
+//!   elector still counts the Lease as held (`conclave_candidate::Term::held`: the renew deadline
+//!   of its last successful renewal has not passed). The grace alone did not bound it: a shutdown
+//!   that came while renewals were already failing let writes go on for the whole grace, past the
+//!   renew deadline and up to where the standby may take over (issue 47, finding 6).
 
 use super::lock;
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,8 @@ struct Inner {
 #[derive(Debug)]
 struct Term {
     token: CancellationToken,
+    /// Cancelled once the elector no longer counts the Lease as held.
+    held: CancellationToken,
     ended_at: Option<Instant>,
 }
 
@@ -47,10 +51,12 @@ impl Leadership {
         }))
     }
 
-    /// A term began; it lasts until `term` is cancelled.
-    pub fn begin(&self, term: CancellationToken) {
+    /// A term began; it lasts until `term` is cancelled, and its drain until `held` is (the
+    /// Lease counts as held by this replica no more).
+    pub fn begin(&self, term: CancellationToken, held: CancellationToken) {
         *lock(&self.0.term) = Some(Term {
             token: term,
+            held,
             ended_at: None,
         });
     }
@@ -64,7 +70,7 @@ impl Leadership {
     }
 
     /// Whether a write may be sent now: a term is running, or it ended because the process is
-    /// shutting down, less than the drain grace ago.
+    /// shutting down, less than the drain grace ago, and the Lease still counts as held.
     #[must_use]
     pub fn is_leading(&self) -> bool {
         let term = lock(&self.0.term);
@@ -75,6 +81,7 @@ impl Leadership {
             return true;
         }
         self.0.shutdown.is_cancelled()
+            && !term.held.is_cancelled()
             && term
                 .ended_at
                 .is_none_or(|at| at.elapsed() < self.0.drain_grace)
@@ -92,11 +99,11 @@ mod tests {
         let leadership = Leadership::new(CancellationToken::new(), GRACE);
         assert!(!leadership.is_leading(), "no term yet");
         let term = CancellationToken::new();
-        leadership.begin(term.clone());
+        leadership.begin(term.clone(), CancellationToken::new());
         assert!(leadership.clone().is_leading());
         term.cancel();
         assert!(!leadership.is_leading(), "the Lease was lost");
-        leadership.begin(CancellationToken::new());
+        leadership.begin(CancellationToken::new(), CancellationToken::new());
         assert!(leadership.is_leading(), "the next term");
     }
 
@@ -105,7 +112,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let leadership = Leadership::new(shutdown.clone(), GRACE);
         let term = CancellationToken::new();
-        leadership.begin(term.clone());
+        leadership.begin(term.clone(), CancellationToken::new());
         shutdown.cancel();
         term.cancel();
         assert!(leadership.is_leading(), "draining, the Lease still held");
@@ -114,5 +121,27 @@ mod tests {
         assert!(leadership.is_leading());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(!leadership.is_leading(), "the grace is over");
+    }
+
+    /// Issue 47, finding 6 (second suspicion, confirmed): a shutdown while the controller's own
+    /// renewals were already failing. The elector counts the Lease as lost at the renew deadline
+    /// of its last successful renewal, during the drain: writes stop then, however much of the
+    /// grace is left.
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_writes_only_while_the_lease_counts_as_held() {
+        let shutdown = CancellationToken::new();
+        let leadership = Leadership::new(shutdown.clone(), GRACE);
+        let (term, held) = (CancellationToken::new(), CancellationToken::new());
+        leadership.begin(term.clone(), held.clone());
+        shutdown.cancel();
+        term.cancel();
+        leadership.ended();
+        assert!(leadership.is_leading(), "draining, the Lease still held");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        held.cancel();
+        assert!(
+            !leadership.is_leading(),
+            "the renew deadline passed while draining: nothing more is written"
+        );
     }
 }

@@ -409,14 +409,7 @@ pub async fn run_with_plugin_objects(
     let mut tasks = JoinSet::new();
     let caches = Caches::start(&client, &config.namespaces, &queue, &pings, &mut tasks);
     let pods = config.pod_liveness.then(|| {
-        pods::PodLiveness::start(
-            &client,
-            &config.namespaces,
-            &caches,
-            &queue,
-            config.api_timeout,
-            &mut tasks,
-        )
+        pods::PodLiveness::start(&client, &config.namespaces, &caches, &queue, &mut tasks)
     });
     // A graceful stop drains with the Lease still held; see `leadership`.
     let drain_grace = config
@@ -529,7 +522,7 @@ pub async fn run_with_plugin_objects(
 /// only while `leadership` holds this term.
 async fn lead(ctx: Arc<Context>, leadership: &Leadership, term: conclave_candidate::Term) {
     tracing::info!(term = term.number(), "became the active controller");
-    leadership.begin(term.token().clone());
+    leadership.begin(term.token().clone(), term.held().clone());
     ctx.metrics.active.set(1);
     // Keys queued while following, and elections left over from an earlier term, start now.
     ctx.leases.starts.reset();

@@ -164,8 +164,8 @@ pub struct OperationLabels {
 /// Labels of a holder declared dead by pod liveness.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DeathLabels {
-    /// What proved it: `pod_gone`, `pod_replaced`, `container_terminated` or
-    /// `container_replaced` ([`conclave_core::pod::Death::label`]).
+    /// What proved it: `container_terminated` or `container_replaced`
+    /// ([`conclave_core::pod::Death::label`]).
     pub reason: String,
 }
 

@@ -14,7 +14,10 @@
 //! all, on which a step creates it for whoever is best while its holder leads. A read that finds
 //! the Lease deleted is kept too, as a deletion the watch has not delivered: no step runs on the
 //! Lease until the watch delivers it (with the deleted Lease's last state, which says until when
-//! its holder may lead; see `index.rs`), or a relist.
+//! its holder may lead; see `index.rs`), or a relist. Unless the watch's latest event of the
+//! Lease is its deletion (delivered, say, while the refused write was in flight): then the cache
+//! already shows it, and no later event would come to clear a deletion kept as ahead of the watch
+//! (only this controller creates the Lease), which left the Lease leaderless for good.
 //!
 //! A write or read whose answer arrives after a watch event of its Lease is not kept: that event
 //! may be the same version or a newer change, and the cache is then at least as new.
@@ -22,7 +25,7 @@
 use super::key::LeaseKey;
 use super::lock;
 use k8s_openapi::api::coordination::v1::Lease;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What this controller learnt of a Lease ahead of its watch.
@@ -41,6 +44,10 @@ struct State {
     /// Lease key -> the ticket of the write or read in flight, while no watch event of it has
     /// arrived.
     in_flight: HashMap<LeaseKey, u64>,
+    /// Leases whose latest watch event is their deletion (since the last relist): a read that
+    /// finds one of them deleted is not ahead of the watch. One entry per Lease deleted and not
+    /// created again, as the index keeps one per Lease.
+    deleted_by_watch: HashSet<LeaseKey>,
     next_ticket: u64,
 }
 
@@ -93,10 +100,11 @@ impl OwnWrites {
         matches!(self.lock().known.get(key), Some(Known::Deleted))
     }
 
-    /// A watch event of Lease `key` arrived: the cache is now the truth for it.
+    /// A watch event of Lease `key` other than its deletion arrived: the cache is now the truth
+    /// for it.
     pub fn observed(&self, key: &LeaseKey) {
         let mut state = self.lock();
-        // Both are empty but while this controller's writes are in flight or unwatched: skip
+        // All are empty but while this controller's writes are in flight or unwatched: skip
         // hashing the key into them for each of the thousands of renewals a second.
         if !state.known.is_empty() {
             state.known.remove(key);
@@ -104,6 +112,18 @@ impl OwnWrites {
         if !state.in_flight.is_empty() {
             state.in_flight.remove(key);
         }
+        if !state.deleted_by_watch.is_empty() {
+            state.deleted_by_watch.remove(key);
+        }
+    }
+
+    /// The watch delivered the deletion of Lease `key`: the cache is now the truth for it, and a
+    /// read that finds it deleted, until the next event of it, is not ahead of the watch.
+    pub fn observed_deletion(&self, key: &LeaseKey) {
+        let mut state = self.lock();
+        state.known.remove(key);
+        state.in_flight.remove(key);
+        state.deleted_by_watch.insert(key.clone());
     }
 
     /// A relist completed: the cache is the truth for every Lease.
@@ -111,6 +131,7 @@ impl OwnWrites {
         let mut state = self.lock();
         state.known.clear();
         state.in_flight.clear();
+        state.deleted_by_watch.clear();
     }
 }
 
@@ -122,8 +143,12 @@ impl WriteTicket {
     }
 
     /// The read found the Lease deleted; that is kept unless a watch event of the Lease arrived
-    /// while the read was in flight.
+    /// while the read was in flight, or the watch's latest event of it is its deletion (the cache
+    /// shows it deleted already).
     pub fn found_deleted(self) {
+        if self.owner.lock().deleted_by_watch.contains(&self.key) {
+            return;
+        }
         self.keep(Known::Deleted);
     }
 
@@ -232,6 +257,37 @@ mod tests {
             !own.deleted(&key()),
             "a watch event during the read is at least as new"
         );
+    }
+
+    /// Finding 3 of the second review: the watch delivers the Lease's deletion while a write of
+    /// it is in flight (here after a renewal of it, which also arrived meanwhile); the write is
+    /// refused with a conflict, and the read after it finds the Lease deleted. The cache already
+    /// shows that: nothing may wait for an event that will never come.
+    #[test]
+    fn a_read_finding_a_lease_deleted_that_the_watch_deleted_is_not_kept() {
+        let own = Arc::new(OwnWrites::default());
+        let write = own.begin(key());
+        own.observed(&key());
+        own.observed_deletion(&key());
+        drop(write); // 409
+        own.begin(key()).found_deleted();
+        assert!(
+            !own.deleted(&key()),
+            "the watch delivered the deletion already"
+        );
+        assert!(own.get(&key()).is_none());
+
+        // The Lease created again, and its creation watched: a read finding it deleted is ahead
+        // of the watch again.
+        own.observed(&key());
+        own.begin(key()).found_deleted();
+        assert!(own.deleted(&key()));
+
+        // A relist forgets what the watch said.
+        own.observed_deletion(&other());
+        own.relisted();
+        own.begin(other()).found_deleted();
+        assert!(own.deleted(&other()));
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! ([`conclave_core::pod`]). This module keeps a cache of the Pods in the watched namespaces,
 //! slimmed to what liveness reads (name, UID, `status.containerStatuses[]`), and for a holder
 //! whose Lease has not expired asks [`conclave_core::pod::process_dead`] whether the Pod proves
-//! that the holder's process stopped: the Pod is gone (confirmed by a GET answering NotFound)
-//! or replaced by another of the same name, the recorded container is reported terminated, or
-//! another instance of it started after the process did.
+//! that the holder's process stopped: the recorded container is reported terminated, or another
+//! instance of it, in the same Pod, started after the process did. A Pod whose deletion was
+//! watched is judged on the state its deletion event carried (its kubelet's last report,
+//! [`TOMBSTONE_TTL`]); a Pod that is merely absent, or another Pod under the same name, proves
+//! nothing.
 //!
 //! What happens then ([`PodLiveness::check`]):
 //! 1. the first time the evidence is seen, the holder's LeaseCandidate is pinged (an answer to a
@@ -22,8 +24,7 @@
 //!    [`dead_since`]): the identity may have passed to a restarted process (a component that sets
 //!    a fixed identity) that renewed the Lease, and leads, before registering its own
 //!    LeaseCandidate, so the record this controller judges is the previous process's. When the
-//!    Pod carries no such time (it is gone or replaced), a renewal since the report was seen
-//!    counts instead;
+//!    Pod carries no such time, a renewal since the report was seen counts instead;
 //! 3. otherwise, [`ANSWER_GRACE`] after the evidence was seen, the holder is declared dead
 //!    ([`conclave_core::lease::LeaseRecord::holder_dead`]): the Lease counts as expired and the
 //!    holder takes no part, so the step elects the next candidate as at expiry (ping it if it is
@@ -32,9 +33,11 @@
 //!
 //! Why this is safe: the kubelet reports a container terminated only after its runtime saw the
 //! container's init process exit, and the whole container (its PID namespace) is killed with
-//! it; a Pod object deleted for good has no running containers left (its kubelet finished the
-//! graceful termination first, or the Pod was force-deleted, which an operator does only for a
-//! node known dead). The kubelet's opposite mistake (a dead container still shown running, a
+//! it. Nothing else is trusted: a Pod's deletion is not, because a force delete
+//! (`--grace-period=0 --force`, Pod GC of a deleted Node's Pods) removes the object without the
+//! kubelet's word while the process may still run and lead up to its renew deadline; nor is a
+//! Pod recreated under the same name (a StatefulSet's way after such a delete), whose
+//! containers are not the old Pod's. The kubelet's opposite mistake (a dead container still shown running, a
 //! status not updated because the node is down) only delays failover to the Lease's expiry, as
 //! before. Nothing that merely looks unhealthy counts: a node NotReady, phase `Unknown`, a
 //! `deletionTimestamp` with its grace period running, `lastState` of an earlier container. A
@@ -51,8 +54,9 @@
 //! down: the dead holder's own last renewal in the second it died counts as a sign of life, and
 //! failover then waits for the expiry. A wrong record of the running process itself (a container
 //! ID read wrongly) could still be declared dead, if it also fails to answer within
-//! [`ANSWER_GRACE`]; so could a process of a fixed identity in a Pod that replaced a deleted one
-//! (no time of the kubelet's bounds it), which the model does not cover.
+//! [`ANSWER_GRACE`]. A process of a fixed identity in a Pod that replaced a deleted one is
+//! judged, like a restarted container's, against the kubelet's times in the deleted Pod's last
+//! state; the new Pod's containers are never evidence about the old Pod's process.
 //!
 //! The watch: the API has no projection of a Pod to its metadata and status (metadata-only
 //! watches carry no status), and a label selector would need a label on the component's Pods,
@@ -69,7 +73,9 @@ use super::key::CandidateKey;
 use super::queue::WorkQueue;
 use conclave_core::k8s::{candidate_view, pod_report, process_record, timestamp};
 use conclave_core::lease::LeaseRecord;
-use conclave_core::pod::{Death, PodReport, ProcessRecord, bare_container_id, process_dead};
+use conclave_core::pod::{
+    Death, MIRROR_ANNOTATION, PodReport, ProcessRecord, bare_container_id, process_dead,
+};
 use conclave_core::time::Timestamp;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
@@ -90,10 +96,45 @@ use tokio::task::JoinSet;
 /// could be believed, and adds to the failover time.
 pub const ANSWER_GRACE: Duration = Duration::from_millis(500);
 
+/// How long a deleted Pod's last state is kept ([`Tombstones`]): the kubelet's report it carries
+/// is evidence for the holders of Leases that have not expired yet; past this, failover waits
+/// for the Lease's expiry, as without pod liveness.
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(600);
+
+/// The Pods whose deletion this controller watched, as the deletion event carried them, by UID.
+/// The graceful path deletes a Pod only after its kubelet wrote the terminated statuses, so the
+/// last state shows what the kubelet reported; a Pod deleted while this controller's watch was
+/// down (relisted away) leaves no tombstone, and its holder waits for expiry.
+#[derive(Default)]
+struct Tombstones(Mutex<HashMap<String, (Arc<Pod>, std::time::Instant)>>);
+
+impl Tombstones {
+    /// Keeps `pod`, deleted, and forgets those deleted more than [`TOMBSTONE_TTL`] ago.
+    fn bury(&self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone().filter(|uid| !uid.is_empty()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut tombstones = super::lock(&self.0);
+        tombstones.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_TTL);
+        tombstones.insert(uid, (Arc::new(pod), now));
+    }
+
+    /// The deleted Pod of `uid`, if its deletion was watched within [`TOMBSTONE_TTL`].
+    fn get(&self, uid: &str) -> Option<Arc<Pod>> {
+        super::lock(&self.0)
+            .get(uid)
+            .filter(|(_, at)| at.elapsed() < TOMBSTONE_TTL)
+            .map(|(pod, _)| pod.clone())
+    }
+}
+
 /// The Pod cache of one watched scope.
 struct Scope {
     namespace: Option<String>,
     pods: Store<Pod>,
+    /// Pods of this scope whose deletion was watched.
+    tombstones: Arc<Tombstones>,
     /// Set once the first list completed.
     ready: Arc<AtomicBool>,
     /// Cleared when the API server does not serve Pods to this controller.
@@ -154,10 +195,8 @@ pub enum Verdict {
 
 /// The Pod caches and what pod liveness has seen per Lease.
 pub struct PodLiveness {
-    client: Client,
     scopes: Vec<Scope>,
     reports: Reports,
-    api_timeout: Duration,
 }
 
 /// The holders reported dead, per Lease, and the verdicts on them (no I/O: unit-tested by
@@ -227,12 +266,16 @@ fn dead_since(pod: &Pod, record: &ProcessRecord) -> Option<Timestamp> {
     Some(timestamp(at.0))
 }
 
-/// Drops everything of a Pod but what liveness reads: its name, namespace, UID and
-/// resourceVersion, and per container the name, containerID, state and lastState.
+/// Drops everything of a Pod but what liveness reads: its name, namespace, UID, resourceVersion
+/// and the mirror annotation of a static pod's mirror, and per container the name, containerID,
+/// state and lastState.
 pub fn slim_pod(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.managed_fields = None;
-    meta.annotations = None;
+    meta.annotations = meta.annotations.take().and_then(|mut annotations| {
+        let mirror = annotations.remove(MIRROR_ANNOTATION)?;
+        Some([(MIRROR_ANNOTATION.to_owned(), mirror)].into())
+    });
     meta.labels = None;
     meta.owner_references = None;
     meta.finalizers = None;
@@ -266,7 +309,6 @@ impl PodLiveness {
         namespaces: &[String],
         caches: &Caches,
         queue: &WorkQueue,
-        api_timeout: Duration,
         tasks: &mut JoinSet<()>,
     ) -> Arc<Self> {
         let scopes: Vec<Option<String>> = if namespaces.is_empty() {
@@ -282,6 +324,8 @@ impl PodLiveness {
                 None => Api::all(client.clone()),
             };
             let (pods, writer) = reflector::store();
+            let tombstones = Arc::new(Tombstones::default());
+            let buried = tombstones.clone();
             let ready = Arc::new(AtomicBool::new(false));
             let available = Arc::new(AtomicBool::new(true));
             let (r, a, w, c, q, scope) = (
@@ -305,20 +349,19 @@ impl PodLiveness {
                     watcher(api, watcher::Config::default()).modify(slim_pod),
                 )
                 .default_backoff();
-                follow(events, &r, &c, &q).await;
+                follow(events, &buried, &r, &c, &q).await;
             });
             built.push(Scope {
                 namespace,
                 pods,
+                tombstones,
                 ready,
                 available,
             });
         }
         Arc::new(Self {
-            client: client.clone(),
             scopes: built,
             reports: Reports::default(),
-            api_timeout,
         })
     }
 
@@ -337,9 +380,8 @@ impl PodLiveness {
     }
 
     /// Whether the cached Pod of `candidate` (a LeaseCandidate naming its Pod and container)
-    /// proves that its process stopped: the recorded container terminated or was replaced, or
-    /// another Pod took the name. Only the cache is read (a Pod missing from it is no evidence
-    /// here), so this is cheap enough for every candidate of every election.
+    /// proves that its process stopped: the recorded container terminated or was replaced. Only
+    /// the cache is read, so this is cheap enough for every candidate of every election.
     #[must_use]
     pub fn known_dead(&self, candidate: &LeaseCandidate) -> bool {
         let (Some(record), Some(namespace)) = (
@@ -348,47 +390,41 @@ impl PodLiveness {
         ) else {
             return false;
         };
-        let Some(scope) = self.scope(namespace) else {
-            return false;
-        };
-        if !scope.available.load(Ordering::Relaxed) || !scope.ready.load(Ordering::Relaxed) {
-            return false;
-        }
-        scope
-            .pods
-            .get(&ObjectRef::new(&record.pod_name).within(namespace))
-            .and_then(|pod| process_dead(&record, &pod_report(&pod)))
+        self.report(namespace, &record)
+            .and_then(|(report, _)| process_dead(&record, &report))
             .is_some()
     }
 
-    /// What the Pod named `name` in `namespace` shows, and the Pod read: the cached one; when
-    /// none is cached, a GET confirms that it is gone (a Pod created after the last relist may be
-    /// missing from the cache). `None`: not known (cache not synced, Pods unavailable, the GET
-    /// failed).
-    async fn report(&self, namespace: &str, name: &str) -> Option<(PodReport, Option<Arc<Pod>>)> {
+    /// What is known of the Pod `record` names in `namespace`, and the Pod it was read from: the
+    /// cached Pod of that name when it is the recorded one; else, when its deletion was watched,
+    /// its last state; else the cached Pod of that name (another Pod: only a recorded container
+    /// ID can match in it). `None`: nothing known (cache not synced, Pods unavailable, no Pod of
+    /// that name): no evidence.
+    fn report(&self, namespace: &str, record: &ProcessRecord) -> Option<(PodReport, Arc<Pod>)> {
         let scope = self.scope(namespace)?;
         if !scope.available.load(Ordering::Relaxed) || !scope.ready.load(Ordering::Relaxed) {
             return None;
         }
-        if let Some(pod) = scope.pods.get(&ObjectRef::new(name).within(namespace)) {
-            return Some((pod_report(&pod), Some(pod)));
+        let cached = scope
+            .pods
+            .get(&ObjectRef::new(&record.pod_name).within(namespace))
+            .map(|pod| (pod_report(&pod), pod));
+        if let Some((report, pod)) = &cached
+            && report.is_pod_of(record)
+        {
+            return Some((report.clone(), pod.clone()));
         }
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        match tokio::time::timeout(self.api_timeout, api.get_opt(name)).await {
-            Ok(Ok(None)) => Some((PodReport::Gone, None)),
-            Ok(Ok(Some(pod))) => Some((pod_report(&pod), Some(Arc::new(pod)))),
-            Ok(Err(error)) => {
-                tracing::debug!(pod = %format!("{namespace}/{name}"), %error, "reading a holder's Pod");
-                None
-            }
-            Err(_) => None,
-        }
+        let buried = (!record.pod_uid.is_empty())
+            .then(|| scope.tombstones.get(&record.pod_uid))
+            .flatten()
+            .map(|pod| (pod_report(&pod), pod));
+        buried.or(cached)
     }
 
     /// Whether the holder of `lease` (the Lease `key`, read at `now`) is known dead, and what to
     /// do about it (see the module docs). Only an unexpired Lease with a holder whose
     /// LeaseCandidate names its Pod is looked at.
-    pub async fn check(
+    pub fn check(
         &self,
         caches: &Caches,
         key: &LeaseKey,
@@ -407,11 +443,10 @@ impl PodLiveness {
             return Verdict::Alive;
         };
         let evidence = self
-            .report(&key.namespace, &record.pod_name)
-            .await
+            .report(&key.namespace, &record)
             .and_then(|(report, pod)| {
                 let death = process_dead(&record, &report)?;
-                Some((death, pod.and_then(|pod| dead_since(&pod, &record))))
+                Some((death, dead_since(&pod, &record)))
             });
         let Some((death, since)) = evidence else {
             self.forget(key);
@@ -553,10 +588,11 @@ fn warn_unavailable(warned: &AtomicBool, namespace: Option<&str>, error: &kube::
     );
 }
 
-/// Follows one scope's Pod watch: marks it ready after the first list and enqueues the Leases
-/// whose candidates name a Pod that changed or went away.
+/// Follows one scope's Pod watch: marks it ready after the first list, keeps each deleted Pod's
+/// last state, and enqueues the Leases whose candidates name a Pod that changed or went away.
 async fn follow(
     events: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
+    tombstones: &Tombstones,
     ready: &AtomicBool,
     caches: &Caches,
     queue: &WorkQueue,
@@ -564,7 +600,11 @@ async fn follow(
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let pod = match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::Delete(pod)) => pod,
+            Ok(watcher::Event::Apply(pod)) => pod,
+            Ok(watcher::Event::Delete(pod)) => {
+                tombstones.bury(pod.clone());
+                pod
+            }
             Ok(watcher::Event::InitDone) => {
                 ready.store(true, Ordering::Relaxed);
                 for key in leases_naming_pods(&caches.all_candidates(), None) {
@@ -626,7 +666,7 @@ mod tests {
         )
     }
 
-    /// A Lease renewal judged without a time of the kubelet's (a Pod gone or replaced).
+    /// A Lease renewal judged without a time of the kubelet's (a status that shows none).
     fn untimed(renewed: Option<Timestamp>) -> Renewal {
         Renewal {
             renewed,
@@ -683,7 +723,7 @@ mod tests {
             first,
         };
         assert_eq!(
-            reports.judge(&key, "h", Death::PodGone, &asked, renewed, after),
+            reports.judge(&key, "h", Death::ContainerReplaced, &asked, renewed, after),
             dead(true)
         );
         assert_eq!(
@@ -913,6 +953,13 @@ mod tests {
                 namespace: Some("ns".into()),
                 uid: Some("u".into()),
                 labels: Some([("a".to_owned(), "b".to_owned())].into()),
+                annotations: Some(
+                    [
+                        ("a".to_owned(), "b".to_owned()),
+                        (MIRROR_ANNOTATION.to_owned(), "0f0f".to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             spec: Some(PodSpec::default()),
@@ -935,8 +982,36 @@ mod tests {
             }),
         };
         let before = pod_report(&pod);
+        assert_eq!(before.mirror_of.as_deref(), Some("0f0f"));
         slim_pod(&mut pod);
         assert_eq!(pod_report(&pod), before);
         assert!(pod.spec.is_none() && pod.metadata.labels.is_none());
+        assert_eq!(pod.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+    }
+
+    /// A deleted Pod's last state is kept by UID, and read back while it is young.
+    #[test]
+    fn tombstones_keep_a_deleted_pods_last_state_by_uid() {
+        let tombstones = Tombstones::default();
+        let pod = |uid: Option<&str>| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("web-0".into()),
+                uid: uid.map(Into::into),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tombstones.bury(pod(Some("u1")));
+        tombstones.bury(pod(None));
+        assert_eq!(
+            tombstones.get("u1").and_then(|p| p.metadata.uid.clone()),
+            Some("u1".into())
+        );
+        assert!(tombstones.get("u2").is_none());
+        assert_eq!(
+            super::super::lock(&tombstones.0).len(),
+            1,
+            "a Pod without UID is not kept"
+        );
     }
 }

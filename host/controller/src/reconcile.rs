@@ -19,7 +19,6 @@ use conclave_core::step::{
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 
 /// What the worker does with the key after a step.
@@ -185,7 +184,7 @@ async fn pod_liveness(
     record: &mut LeaseRecord,
     now: Timestamp,
 ) -> Result<Option<Timestamp>, StepError> {
-    match pods.check(&ctx.caches, key, record, now).await {
+    match pods.check(&ctx.caches, key, record, now) {
         Verdict::Alive => Ok(None),
         Verdict::Reported {
             holder,
@@ -196,11 +195,7 @@ async fn pod_liveness(
             if let Some(object) = ctx
                 .caches
                 .candidate(&CandidateKey::new(&key.namespace, &holder))
-                && ctx
-                    .writer
-                    .ping_all(&[object], now, Duration::ZERO, None)
-                    .await
-                    .is_err()
+                && ctx.writer.ping_since(&object, now, now).await.is_err()
             {
                 // Not asked: the report is looked at afresh, and the holder pinged, next time.
                 pods.forget(key);

@@ -182,13 +182,46 @@ impl Writer {
 
     /// Sets `spec.pingTime = now` on a stale candidate with its resourceVersion as precondition;
     /// on a conflict re-reads it once and pings again if it still needs a ping.
-    #[tracing::instrument(skip_all, fields(candidate = cached.metadata.name.as_deref()))]
     async fn ping(
         &self,
         cached: &LeaseCandidate,
         now: Timestamp,
         ack_window: Duration,
         release: Option<Release<'_>>,
+    ) -> Result<(), WriteError> {
+        self.ping_when(cached, now, |candidate| {
+            liveness_since(&candidate_view(candidate), now, ack_window, release) == Liveness::Stale
+        })
+        .await
+    }
+
+    /// Pings `candidate` unless it was pinged at or after `since`, even while an earlier ping is
+    /// outstanding: pod liveness counts only an answer to a ping sent since the kubelet's report
+    /// was seen (an answer to an earlier one may have been written before the process died), so
+    /// a holder with a ping outstanding from before the report must be asked again, or its
+    /// answer would not count and a live holder would be declared dead.
+    pub async fn ping_since(
+        &self,
+        candidate: &LeaseCandidate,
+        since: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), WriteError> {
+        self.ping_when(candidate, now, |candidate| {
+            candidate_view(candidate)
+                .ping_time
+                .is_none_or(|ping| ping < since)
+        })
+        .await
+    }
+
+    /// Sets `spec.pingTime = now` on the candidate if `needs_ping` says so, with its
+    /// resourceVersion as precondition; on a conflict re-reads it once and asks again.
+    #[tracing::instrument(skip_all, fields(candidate = cached.metadata.name.as_deref()))]
+    async fn ping_when(
+        &self,
+        cached: &LeaseCandidate,
+        now: Timestamp,
+        needs_ping: impl Fn(&LeaseCandidate) -> bool,
     ) -> Result<(), WriteError> {
         let Some(key) = CandidateKey::of(cached) else {
             return Ok(());
@@ -199,9 +232,7 @@ impl Writer {
             let Some(mut candidate) = current.take() else {
                 return Ok(());
             };
-            if liveness_since(&candidate_view(&candidate), now, ack_window, release)
-                != Liveness::Stale
-            {
+            if !needs_ping(&candidate) {
                 return Ok(());
             }
             let Some(spec) = candidate.spec.as_mut() else {

@@ -561,6 +561,77 @@ async fn watchers_recover_from_expired_watch_history() {
     .await;
 }
 
+/// Finding 2 of the second review: the controller's Lease watch is down (its events held back,
+/// then the watch cut and resumed past the kept history: 410 Gone and a relist); meanwhile the
+/// holder renews its Lease, unseen, and the Lease is then deleted. The relist finds it missing.
+/// Its holder may lead until its last renewal plus its duration, a renewal this controller never
+/// saw: the Lease is not created again before that (it was at once, 8 s too early).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_renewals() {
+    // No bookmarks: the watch's resume point is the last event it saw.
+    let emu = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let client =
+        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let duration = 6;
+    let mut cfg = config(NS, "c1");
+    cfg.lease_duration_seconds = duration;
+    let _controller = start(client.clone(), cfg);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    tokio::time::timeout(WAIT, emu.faults().watch_followed("leases", Some(NS)))
+        .await
+        .expect("the controller to watch Leases");
+
+    // The outage: the controller sees nothing of what follows until its relist.
+    emu.faults().hold_watch_events("leases");
+    let mut last_renewal = jiff::Timestamp::now();
+    let renewing_until = last_renewal + jiff::SignedDuration::from_secs(i64::from(duration) + 2);
+    while jiff::Timestamp::now() < renewing_until {
+        let mut lease = leases.get("l").await.unwrap();
+        let spec = lease.spec.as_mut().unwrap();
+        if spec.holder_identity.as_deref() == Some("a") {
+            let now = jiff::Timestamp::now();
+            spec.renew_time = Some(micro(now));
+            if leases
+                .replace("l", &PostParams::default(), &lease)
+                .await
+                .is_ok()
+            {
+                last_renewal = now;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    leases.delete("l", &Default::default()).await.unwrap();
+    // A write outside the watched namespace moves the store past the watch's resume point; the
+    // history is forgotten and the watch cut: it resumes from a version older than the kept
+    // history, gets 410 Gone, and relists.
+    let elsewhere: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    create_lease(&elsewhere, "bump", LeaseSpec::default()).await;
+    emu.faults().expire_history();
+    emu.faults().drop_watches();
+    emu.faults().release_watch_events("leases");
+
+    let recreated = wait_lease(&leases, "l", "the Lease created again", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    let term_end = conclave_core::k8s::timestamp(last_renewal)
+        + Duration::from_secs(u64::try_from(duration).unwrap());
+    let acquired = recreated.acquire_time.expect("acquireTime");
+    assert!(
+        acquired >= term_end,
+        "created again at {acquired}, while a, which renewed it last at {last_renewal}, may \
+         lead until {term_end}"
+    );
+}
+
 /// Counts the relists (a full list after a 410 or at start) of a watcher on `api`, which is
 /// in the same scope as the controller's own watchers.
 struct WatchRelists {
@@ -1203,6 +1274,43 @@ async fn a_lease_read_after_a_conflict_stands_in_while_the_watch_lags() {
         acquired >= term_end,
         "b was elected at {acquired}, while a, whose Lease was deleted, could lead until \
          {term_end}"
+    );
+}
+
+/// Finding 3 of the second review: the Lease is deleted while the controller's write of it (a
+/// pre-emption) is on its way back as a conflict, held back 2 s while the watch delivers the
+/// deletion. The read after the conflict finds the Lease deleted, which the cache already shows:
+/// the controller creates it again for the best candidate once the deleted holder's term is
+/// over, instead of waiting for a watch event that never comes (only the controller creates the
+/// Lease).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_deleted_while_a_refused_write_is_on_its_way_back_is_created_again() {
+    let (emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _controller = start(client.clone(), config(NS, "c1"));
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    let elected = wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    emu.faults().fail_next_held(
+        Verb::Update,
+        "leases",
+        1,
+        Failure::Conflict,
+        Duration::from_secs(2),
+    );
+    let _b = candidate(&client, "b", "l", "1.30.0", "1.30.0", OEV).await;
+    // b's registration starts a step at once, whose pre-emption write is now held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    leases.delete("l", &Default::default()).await.unwrap();
+
+    let recreated = wait_lease(&leases, "l", "the Lease created again for b", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let term_end = elected.renew_time.expect("renewTime")
+        + Duration::from_secs(u64::try_from(elected.lease_duration_seconds.unwrap_or(0)).unwrap());
+    assert!(
+        recreated.acquire_time.expect("acquireTime") >= term_end,
+        "b was elected before a's term, whose Lease was deleted, ended at {term_end}"
     );
 }
 

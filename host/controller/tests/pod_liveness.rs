@@ -1,10 +1,12 @@
 //! Pod liveness on the emulator: the holder is a `conclave-candidate` LeaseCandidate naming its
 //! Pod and container; the test writes the Pod's status as a kubelet would, then asserts exactly
 //! when the controller elects the next candidate before the Lease expires (the kubelet reports
-//! that the holder's container terminated or was replaced, or the Pod is gone) and when it must
-//! wait for expiry (a node NotReady, phase Unknown, a deletion whose grace period runs, a status
-//! that names another container, pod liveness off or forbidden). A holder that answers its ping
-//! is never replaced by the rule.
+//! that the holder's container terminated or was replaced, also when the Pod is deleted right
+//! after that report, and in a static pod's mirror) and when it must wait for expiry (a node
+//! NotReady, phase Unknown, a deletion whose grace period runs, a force delete, a Pod recreated
+//! under the same name, a status that names another container, pod liveness off or forbidden). A
+//! holder that answers its ping is never replaced by the rule, and a live candidate is never left
+//! out of an election on its own container's report.
 
 mod controller_support;
 
@@ -34,6 +36,21 @@ const SHORT: i32 = 6;
 /// The holder's container, and the one that replaces it.
 const OURS: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const NEWER: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+/// A static pod's UID as its kubelet makes it (the manifest's hash), which its containers see and
+/// its mirror Pod carries in `kubernetes.io/config.mirror`.
+const MANIFEST_HASH: &str = "5b3f2c0e9d8a7b6c5d4e3f2a1b0c9d8e";
+
+/// How a scenario's holder runs.
+#[derive(Default)]
+struct Setup {
+    /// Its identity (by default a fixed one, not this process's
+    /// [`conclave_candidate::default_identity`]).
+    identity: Option<String>,
+    /// In a static pod: the Pod in the API server is its mirror, and the holder knows the
+    /// kubelet's UID ([`MANIFEST_HASH`]).
+    static_pod: bool,
+}
 
 /// A Lease `lease` held by a `conclave-candidate` (`holder`) in Pod `pod`, container `app`
 /// with ID [`OURS`], renewing the Lease every 500 ms with the given duration; and a worse live
@@ -76,29 +93,37 @@ fn running_status(started: jiff::Timestamp) -> Value {
 
 impl Scenario {
     async fn start(name: &str, duration: i32, config: ControllerConfig) -> Self {
-        Self::start_with(name, duration, config, |_| {}, None).await
+        Self::start_with(name, duration, config, |_| {}, Setup::default()).await
     }
 
-    /// A scenario whose holder uses `identity` (by default a fixed one, not this process's
-    /// [`conclave_candidate::default_identity`]).
+    /// A scenario with `faults` injected from the start and the holder run as `setup` says.
     async fn start_with(
         name: &str,
         duration: i32,
         config: ControllerConfig,
         faults: impl FnOnce(&conclave_emulator::RunningEmulator),
-        identity: Option<String>,
+        setup: Setup,
     ) -> Self {
         let (emulator, client) = emulator().await;
         faults(&emulator);
         let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let pod_name = format!("web-{name}");
+        let annotations = setup
+            .static_pod
+            .then(|| json!({"kubernetes.io/config.mirror": MANIFEST_HASH}));
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": pod_name, "finalizers": ["test.conclave.dev/hold"]},
+            "metadata": {"name": pod_name, "finalizers": ["test.conclave.dev/hold"],
+                "annotations": annotations},
             "spec": {"containers": [{"name": "app", "image": "app:1"}]},
         }))
         .unwrap();
         let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+        let pod_uid = if setup.static_pod {
+            MANIFEST_HASH.to_owned()
+        } else {
+            pod.metadata.uid.clone().unwrap()
+        };
         let process_started = jiff::Timestamp::now();
         pods.patch_status(
             &pod_name,
@@ -111,13 +136,15 @@ impl Scenario {
         .unwrap();
         let controller = start(client.clone(), config);
 
-        let holder = identity.unwrap_or_else(|| format!("{pod_name}-1a2b3c4d"));
+        let holder = setup
+            .identity
+            .unwrap_or_else(|| format!("{pod_name}-1a2b3c4d"));
         let lease = format!("lease-{name}");
         let lease_config = LeaseConfig::new(NS, &lease, &holder);
         let candidate_config =
             CandidateConfig::new("1.33.0", "1.30.0", OEV).with_pod(Some(PodRef {
                 name: pod_name.clone(),
-                uid: pod.metadata.uid.clone().unwrap(),
+                uid: pod_uid,
                 namespace: Some(NS.into()),
                 container: Some("app".into()),
                 container_id: Some(OURS.into()),
@@ -180,6 +207,24 @@ impl Scenario {
         self.candidate_task.abort();
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.last_renewal.lock().unwrap().expect("renewed once")
+    }
+
+    /// Removes the holder's Pod at once, as a force delete does (its finalizer dropped, then
+    /// deleted with no grace period).
+    async fn remove_pod(&self) {
+        self.pods
+            .patch(
+                &self.pod,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        let _ = self
+            .pods
+            .delete(&self.pod, &DeleteParams::default().grace_period(0))
+            .await;
+        assert!(self.pods.get_opt(&self.pod).await.unwrap().is_none());
     }
 
     /// Writes the Pod's status as the kubelet would.
@@ -301,7 +346,10 @@ async fn a_per_process_identity_fails_over_even_when_it_renewed_in_the_second_it
         LONG,
         controller_config(),
         |_| {},
-        Some(conclave_candidate::default_identity()),
+        Setup {
+            identity: Some(conclave_candidate::default_identity()),
+            ..Setup::default()
+        },
     )
     .await;
     let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
@@ -351,8 +399,13 @@ async fn a_restarted_container_fails_over_before_expiry() {
     s.assert_fires(last, "restarted").await;
 }
 
+/// The graceful path: the Pod's deletion waits (here on a finalizer, as on its grace period)
+/// while the kubelet stops the container, writes the terminated status, and the Pod is then
+/// removed, before the controller's grace for an answer to its ping is over. The deletion event
+/// carries that last report, which still proves the death.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deleted_pod_fails_over_before_expiry() {
+async fn a_pod_deleted_after_its_kubelet_reported_the_container_terminated_fails_over_before_expiry()
+ {
     let s = Scenario::start("deleted", LONG, controller_config()).await;
     let last = s.kill_holder().await;
     s.pods
@@ -376,17 +429,101 @@ async fn a_deleted_pod_fails_over_before_expiry() {
         Some(s.holder.as_str()),
         "a deletion in progress is not evidence"
     );
-    // Gone for good.
-    s.pods
-        .patch(
-            &s.pod,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
-    assert!(s.pods.get_opt(&s.pod).await.unwrap().is_none());
-    s.assert_fires(last, "pod deleted").await;
+    let now = jiff::Timestamp::now();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Failed", "containerStatuses": [container_status(
+        OURS,
+        json!({"terminated": {"exitCode": 137, "reason": "Error",
+            "startedAt": rfc3339(now - jiff::SignedDuration::from_secs(60)),
+            "finishedAt": rfc3339(now), "containerID": format!("containerd://{OURS}")}}),
+        json!({}), 0)]}}),
+    )
+    .await;
+    s.remove_pod().await;
+    s.assert_fires(last, "pod deleted after the kubelet's report")
+        .await;
+}
+
+/// Finding 1 of the second review: a force delete (`--grace-period=0 --force`, Pod GC of a
+/// deleted Node's Pods) removes the Pod without the kubelet's word. The holder here is cut off
+/// from the API server while its process runs on (no renewals, no answers to pings reach the
+/// server), and may lead until its renew deadline: its Pod's absence proves nothing, and the
+/// next candidate waits for the Lease's expiry. The same when a Pod of the same name is created
+/// at once (a StatefulSet's way), its container started after the holder's process.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_force_deleted_or_recreated_pod_waits_for_expiry() {
+    for recreate in [false, true] {
+        let name = if recreate { "recreated" } else { "force" };
+        let s = Scenario::start(name, SHORT, controller_config()).await;
+        let last = s.kill_holder().await;
+        s.remove_pod().await;
+        if recreate {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": s.pod},
+                "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+            }))
+            .unwrap();
+            s.pods.create(&PostParams::default(), &pod).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            let now = jiff::Timestamp::now();
+            s.kubelet_writes(
+                json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+                NEWER, json!({"running": {"startedAt": rfc3339(now)}}), json!({}), 0)]}}),
+            )
+            .await;
+        }
+        s.assert_waits_for_expiry(last, name).await;
+    }
+}
+
+/// Finding 4 of the second review: in a static pod the downward API's `metadata.uid` is the
+/// kubelet's manifest hash, and the Pod in the API server is a mirror with another UID that
+/// carries the hash in `kubernetes.io/config.mirror`. The holder, in such a pod, is elected (it
+/// used to be taken for a process whose Pod was replaced, and left out of every election), its
+/// LeaseCandidate has no ownerReference (the garbage collector would delete it: no object has
+/// that UID) but names the Pod in annotations, and the kubelet's report in the mirror Pod that
+/// another instance of its container started after it (the rule that needs the same Pod) still
+/// fails over before expiry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_in_a_static_pod_is_elected_and_its_death_seen_through_the_mirror_pod() {
+    let s = Scenario::start_with(
+        "static",
+        LONG,
+        controller_config(),
+        |_| {},
+        Setup {
+            static_pod: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
+    let registered = candidates.get(&s.holder).await.unwrap();
+    assert_eq!(
+        registered.metadata.owner_references, None,
+        "no ownerReference to a UID no object has"
+    );
+    let annotations = registered.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        (
+            annotations.get(conclave_core::pod::POD_ANNOTATION),
+            annotations.get(conclave_core::pod::POD_UID_ANNOTATION)
+        ),
+        (Some(&s.pod), Some(&MANIFEST_HASH.to_owned()))
+    );
+    let last = s.kill_holder().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let now = jiff::Timestamp::now();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        NEWER,
+        json!({"running": {"startedAt": rfc3339(now)}}),
+        json!({}),
+        2)]}}),
+    )
+    .await;
+    s.assert_fires(last, "static pod's container replaced")
+        .await;
 }
 
 /// Reports that are not evidence: the holder's Lease runs out as without pod liveness.
@@ -509,6 +646,69 @@ async fn a_holder_that_answers_its_ping_is_never_replaced() {
 }
 
 /// How many `HolderDead` Events the namespace has.
+/// Finding 6 of the second review, first suspicion (confirmed): the holder has a ping
+/// outstanding from before the kubelet's (here wrong) report; it was slow to answer, paused,
+/// and answers once it resumes. Only an answer to a ping sent since the report counts, so the
+/// controller must ping it again although a ping is outstanding: it used to skip the ping, and
+/// declared the live holder dead 500 ms later.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_with_a_ping_outstanding_is_asked_again_on_a_report_and_its_answer_counts() {
+    let s = Scenario::start("outstanding", LONG, controller_config()).await;
+    // Paused: neither renewing its Lease nor answering pings.
+    s.kill_holder().await;
+    let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
+    let mut holder = candidates.get(&s.holder).await.unwrap();
+    holder.spec.as_mut().unwrap().ping_time = Some(MicroTime(jiff::Timestamp::now()));
+    candidates
+        .replace(&s.holder, &PostParams::default(), &holder)
+        .await
+        .unwrap();
+    // The report falls in a later second than the last renewal: that renewal is no sign of life.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let now = jiff::Timestamp::now();
+    s.kubelet_writes(
+        json!({"status": {"phase": "Running", "containerStatuses": [container_status(
+        OURS,
+        json!({"terminated": {"exitCode": 137, "reason": "Error",
+            "startedAt": rfc3339(now - jiff::SignedDuration::from_secs(60)),
+            "finishedAt": rfc3339(now), "containerID": format!("containerd://{OURS}")}}),
+        json!({}), 0)]}}),
+    )
+    .await;
+    // It resumes 200 ms later and answers whatever ping it finds outstanding, as
+    // `conclave-candidate` does.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answerer = tokio::spawn({
+        let (candidates, name) = (candidates.clone(), s.holder.clone());
+        async move {
+            loop {
+                if let Ok(mut c) = candidates.get(&name).await {
+                    let spec = c.spec.as_mut().unwrap();
+                    let pinged = spec
+                        .ping_time
+                        .as_ref()
+                        .is_some_and(|p| spec.renew_time.as_ref().is_none_or(|r| r.0 < p.0));
+                    if pinged {
+                        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+                        let _ = candidates.replace(&name, &PostParams::default(), &c).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    // Well past the grace the rule gives an answer: still the holder, and no HolderDead.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    answerer.abort();
+    let record = lease_record(&s.leases.get(&s.lease).await.unwrap());
+    assert_eq!(
+        record.holder(),
+        Some(s.holder.as_str()),
+        "the live holder answered the ping sent on the report"
+    );
+    assert_eq!(holder_dead_events(&s.client).await, 0);
+}
+
 async fn holder_dead_events(client: &Client) -> usize {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
     events
@@ -570,7 +770,7 @@ async fn when_pods_are_forbidden_the_controller_falls_back_to_expiry() {
                 .faults()
                 .fail_next(Verb::List, "pods", usize::MAX, Failure::Forbidden);
         },
-        None,
+        Setup::default(),
     )
     .await;
     let last = s.kill_holder().await;
@@ -652,6 +852,68 @@ async fn a_candidate_reported_dead_is_never_elected() {
         record.preferred_holder.as_deref(),
         Some("good"),
         "the live holder was pre-empted for a candidate whose container is dead"
+    );
+}
+
+/// Finding 5 of the second review: a live candidate with no container ID recorded (cgroup v2
+/// under a cgroup namespace) whose own instance the runtime stamped `startedAt` a second or two
+/// after the process recorded its start. That instance is not a later one: the better candidate
+/// is preferred, not left out of every election for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_candidate_without_a_container_id_stamped_late_by_its_runtime_is_preferred() {
+    let s = Scenario::start("late-stamp", LONG, controller_config()).await;
+    let late_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-late"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }))
+    .unwrap();
+    let late_pod = s
+        .pods
+        .create(&PostParams::default(), &late_pod)
+        .await
+        .unwrap();
+    let started = jiff::Timestamp::now();
+    s.pods
+        .patch_status(
+            "web-late",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
+                container_status(
+                    NEWER,
+                    json!({"running": {"startedAt":
+                        rfc3339(started + jiff::SignedDuration::from_secs(2))}}),
+                    json!({}),
+                    0,
+                ),
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let lease_config = LeaseConfig::new(NS, &s.lease, "web-late-7f7f7f7f");
+    let candidate_config = CandidateConfig::new("1.33.0", "1.28.0", OEV).with_pod(Some(PodRef {
+        name: "web-late".into(),
+        uid: late_pod.metadata.uid.clone().unwrap(),
+        namespace: Some(NS.into()),
+        container: Some("app".into()),
+        container_id: None,
+        process_started: started.to_string(),
+    }));
+    let stop = CancellationToken::new();
+    let late = Candidate::new(s.client.clone(), lease_config, candidate_config).unwrap();
+    let token = stop.clone();
+    let late_task = tokio::spawn(async move {
+        let _ = late.run(token).await;
+    });
+    let record = wait_lease(&s.leases, &s.lease, "a pre-emption", |r| {
+        r.preferred_holder.is_some()
+    })
+    .await;
+    stop.cancel();
+    late_task.abort();
+    assert_eq!(
+        record.preferred_holder.as_deref(),
+        Some("web-late-7f7f7f7f"),
+        "the live, better candidate was left out"
     );
 }
 

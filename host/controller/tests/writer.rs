@@ -50,7 +50,7 @@ async fn start_emulator() -> (RunningEmulator, Client) {
 fn leading_writer(client: &Client, term: CancellationToken) -> (Writer, Metrics) {
     let metrics = Metrics::new(&mut Registry::default());
     let leadership = Leadership::new(CancellationToken::new(), Duration::from_secs(8));
-    leadership.begin(term);
+    leadership.begin(term, CancellationToken::new());
     let pings = Arc::new(Pings::new(metrics.pings_acked.clone()));
     let writer = Writer::new(
         client.clone(),

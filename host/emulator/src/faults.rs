@@ -76,6 +76,8 @@ struct FailRule {
     resource: String,
     remaining: usize,
     failure: Failure,
+    /// How long the failure's answer is held back.
+    held: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -169,11 +171,27 @@ impl Faults {
     /// Fails the next `count` requests with this verb on this resource (plural name, e.g.
     /// `leases`) with `failure`. Rules for the same verb and resource queue up.
     pub fn fail_next(&self, verb: Verb, resource: &str, count: usize, failure: Failure) {
+        self.fail_next_held(verb, resource, count, failure, Duration::ZERO);
+    }
+
+    /// As [`Faults::fail_next`], each failure answered only after `held`, while the server goes
+    /// on: the request changes nothing, and what other clients do meanwhile (a delete, say) is
+    /// watched before the answer arrives, as when a response is held back on its way to a
+    /// client (a slow network path, a proxy) while its watch stream flows.
+    pub fn fail_next_held(
+        &self,
+        verb: Verb,
+        resource: &str,
+        count: usize,
+        failure: Failure,
+        held: Duration,
+    ) {
         self.state().rules.push(FailRule {
             verb,
             resource: resource.to_string(),
             remaining: count,
             failure,
+            held,
         });
     }
 
@@ -280,14 +298,16 @@ impl Faults {
                 .find(|r| r.verb == verb && r.resource == resource && r.remaining > 0)
                 .map(|r| {
                     r.remaining -= 1;
-                    r.failure
+                    (r.failure, r.held)
                 });
             st.rules.retain(|r| r.remaining > 0);
             (st.latency, failure)
         };
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+        let held = failure.map_or(Duration::ZERO, |(_, held)| held);
+        if !(latency + held).is_zero() {
+            tokio::time::sleep(latency + held).await;
         }
+        let failure = failure.map(|(failure, _)| failure);
         match failure {
             None => Ok(()),
             Some(Failure::InternalError) => Err(ApiError::internal(format!(

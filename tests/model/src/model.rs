@@ -1169,15 +1169,15 @@ impl Election {
                     state.controller_restarts += 1;
                 }
                 // `Renewals::relisted`: a Lease known before and not listed was deleted; the
-                // deletion event itself is not delivered.
+                // deletion event itself is not delivered, and its holder may have renewed it
+                // unseen up to the deletion, before this relist (issue 47, finding 2).
                 state.controllers[r].deletion = None;
                 state.controllers[r].deleted_while_held =
                     match (state.server.lease, state.controllers[r].renewal) {
                         (None, Some(renewal)) => renewal.holder.map(|_| {
-                            renewal.seen_at.min(now)
-                                + state.controllers[r]
-                                    .delivered
-                                    .map_or(self.timing.lease_duration, |l| l.duration)
+                            now + state.controllers[r]
+                                .delivered
+                                .map_or(self.timing.lease_duration, |l| l.duration)
                         }),
                         (None, None) => state.controllers[r].deleted_while_held,
                         (Some(_), _) => None,
