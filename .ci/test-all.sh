@@ -2,7 +2,8 @@
 # Runs every Conclave test on a fresh machine: prepares what the tests need (the wasm32-wasip2
 # target, the real Kubernetes control plane and node built from Go modules, the node's Debian
 # packages and images, helm built from Go modules),
-# the static controller binary the image is made of (musl-tools from Debian's packages), promtool
+# the static controller binary the image is made of (musl-tools from Debian's packages; built
+# while the tests that do not need it run), promtool
 # (Debian's prometheus); checks and tests the alerting rules with promtool, builds the strategy
 # plugins from source (and one Python and one JavaScript plugin with the registries' toolchains),
 # runs the strategy vectors and the whole test suite.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 rustup target add wasm32-wasip2 >/dev/null
-for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-static.sh .ci/prepare-image.sh .ci/prepare-prometheus.sh .ci/prepare-registry.sh; do
+for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-prometheus.sh .ci/prepare-registry.sh; do
   if [ -f "$prepare" ]; then bash "$prepare"; fi
 done
 
@@ -71,7 +72,32 @@ export CONCLAVE_REQUIRE_LANGS=1
 echo "== plugin workspace unit tests (native)"
 (cd strategies && cargo test)
 
-echo "== workspace tests"
-cargo test --workspace --no-fail-fast
+# The static release build and the image made of it (about 10 minutes of CPU on 2 cores) are
+# needed only by tests/deploy. They are built in the background, niced, while the other tests
+# run: those mostly wait (on Lease expiries, watches, processes), and the build takes the idle
+# cores. The deploy tests run once both are done. The build's output goes to a log shown after.
+static_log=$(mktemp)
+(nice -n 19 bash .ci/prepare-static.sh && bash .ci/prepare-image.sh) >"$static_log" 2>&1 &
+static_pid=$!
+
+echo "== workspace tests (all but tests/deploy)"
+status=0
+cargo test --workspace --exclude conclave-deploy-tests --no-fail-fast || status=$?
+
+echo "== static binary and image (built meanwhile)"
+static_status=0
+wait "$static_pid" || static_status=$?
+cat "$static_log"
+rm -f "$static_log"
+if [ "$static_status" -ne 0 ]; then
+  echo "the static binary or the image failed to build (exit $static_status)" >&2
+  exit "$static_status"
+fi
+
+echo "== deploy tests (the chart, the image, the node)"
+cargo test -p conclave-deploy-tests --no-fail-fast || status=$?
+if [ "$status" -ne 0 ]; then
+  exit "$status"
+fi
 
 echo "== all tests finished in $(( $(date +%s) - started ))s"
