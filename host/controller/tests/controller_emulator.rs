@@ -1293,13 +1293,21 @@ async fn a_lease_deleted_while_a_refused_write_is_on_its_way_back_is_created_aga
     emu.faults().fail_next_held(
         Verb::Update,
         "leases",
+        "l",
         1,
         Failure::Conflict,
         Duration::from_secs(2),
     );
     let _b = candidate(&client, "b", "l", "1.30.0", "1.30.0", OEV).await;
-    // b's registration starts a step at once, whose pre-emption write is now held.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // b's registration leads to a pre-emption write, which arrives and is held.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while emu.faults().failures_pending(Verb::Update, "leases") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the controller never wrote the Lease for b's pre-emption"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     leases.delete("l", &Default::default()).await.unwrap();
 
     let recreated = wait_lease(&leases, "l", "the Lease created again for b", |r| {

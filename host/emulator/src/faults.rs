@@ -78,6 +78,8 @@ struct FailRule {
     failure: Failure,
     /// How long the failure's answer is held back.
     held: Duration,
+    /// Only requests about the object of this name, if set.
+    name: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -171,17 +173,26 @@ impl Faults {
     /// Fails the next `count` requests with this verb on this resource (plural name, e.g.
     /// `leases`) with `failure`. Rules for the same verb and resource queue up.
     pub fn fail_next(&self, verb: Verb, resource: &str, count: usize, failure: Failure) {
-        self.fail_next_held(verb, resource, count, failure, Duration::ZERO);
+        self.state().rules.push(FailRule {
+            verb,
+            resource: resource.to_string(),
+            remaining: count,
+            failure,
+            held: Duration::ZERO,
+            name: None,
+        });
     }
 
-    /// As [`Faults::fail_next`], each failure answered only after `held`, while the server goes
-    /// on: the request changes nothing, and what other clients do meanwhile (a delete, say) is
-    /// watched before the answer arrives, as when a response is held back on its way to a
-    /// client (a slow network path, a proxy) while its watch stream flows.
+    /// As [`Faults::fail_next`], for requests about the object `name` only, each failure
+    /// answered only after `held`, while the server goes on: the request changes nothing, and
+    /// what other clients do meanwhile (a delete, say) is watched before the answer arrives, as
+    /// when a response is held back on its way to a client (a slow network path, a proxy) while
+    /// its watch stream flows.
     pub fn fail_next_held(
         &self,
         verb: Verb,
         resource: &str,
+        name: &str,
         count: usize,
         failure: Failure,
         held: Duration,
@@ -192,7 +203,20 @@ impl Faults {
             remaining: count,
             failure,
             held,
+            name: Some(name.to_owned()),
         });
+    }
+
+    /// How many injected failures for this verb and resource are still to come (a test waits for
+    /// none, to know that the request it aimed at has arrived).
+    #[must_use]
+    pub fn failures_pending(&self, verb: Verb, resource: &str) -> usize {
+        self.state()
+            .rules
+            .iter()
+            .filter(|r| r.verb == verb && r.resource == resource)
+            .map(|r| r.remaining)
+            .sum()
     }
 
     /// Ends every open watch stream now (clients see the connection end and re-watch).
@@ -290,12 +314,24 @@ impl Faults {
         name: impl FnOnce() -> String,
     ) -> Result<(), ApiError> {
         let resource = res.plural;
+        let mut name = Some(name);
+        let mut object_name = None::<String>;
         let (latency, failure) = {
             let mut st = self.state();
             let failure = st
                 .rules
                 .iter_mut()
-                .find(|r| r.verb == verb && r.resource == resource && r.remaining > 0)
+                .find(|r| {
+                    r.verb == verb
+                        && r.resource == resource
+                        && r.remaining > 0
+                        && r.name.as_deref().is_none_or(|wanted| {
+                            let named = object_name.get_or_insert_with(|| {
+                                name.take().map(|f| f()).unwrap_or_default()
+                            });
+                            named == wanted
+                        })
+                })
                 .map(|r| {
                     r.remaining -= 1;
                     (r.failure, r.held)
@@ -316,7 +352,11 @@ impl Faults {
             Some(Failure::TooManyRequests {
                 retry_after_seconds,
             }) => Err(ApiError::too_many_requests(retry_after_seconds)),
-            Some(Failure::Conflict) => Err(ApiError::conflict(res, &name())),
+            Some(Failure::Conflict) => {
+                let named =
+                    object_name.unwrap_or_else(|| name.take().map(|f| f()).unwrap_or_default());
+                Err(ApiError::conflict(res, &named))
+            }
             Some(Failure::Forbidden) => Err(ApiError::forbidden(res, verb)),
         }
     }
