@@ -96,6 +96,16 @@ pub struct RunArgs {
     /// Needs get, list and watch on pods; without them, one warning and failover at expiry.
     #[arg(long, env = "CONCLAVE_POD_LIVENESS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
     pub pod_liveness: bool,
+    /// Take over from kube-apiserver's built-in election controller (with `--mode auto`): the
+    /// active replica holds that controller's Lease, kube-system/leader-election-controller, so
+    /// every kube-apiserver stays a follower of it, and Conclave elects the
+    /// OldestEmulationVersion Leases too (kube-controller-manager's, kube-scheduler's). Taken
+    /// from a kube-apiserver, those Leases are elected three of its lease durations later (45 s),
+    /// once it must have stopped. Given back when Conclave stops: the Lease expires and a
+    /// kube-apiserver takes it. Needs get, create and update on that Lease; without them the
+    /// Leases are left to the built-in controller while it is active.
+    #[arg(long, env = "CONCLAVE_TAKE_OVER", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    pub take_over: bool,
     /// Load StrategyPlugin objects (conclave.dev/v1alpha1) live: watch them, pull and compile
     /// their plugins, and report each one's status. `off` serves only the built-in plugins and
     /// --plugins DIR. Needs the CRD (`conclave crd`); without it the controller logs a warning and
@@ -219,6 +229,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         fail_when_blocked: !in_pod(),
         first_election_settle: conclave_core::step::Settle::after_gap(args.first_election_settle),
         pod_liveness: args.pod_liveness,
+        take_over: args.take_over,
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
@@ -302,5 +313,21 @@ mod tests {
         assert!(!parse(&["--pod-liveness=off"]).unwrap());
         assert!(parse(&["--pod-liveness", "on"]).unwrap());
         assert!(parse(&["--pod-liveness=maybe"]).is_err());
+    }
+
+    #[test]
+    fn the_take_over_is_on_unless_switched_off() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let parse = |extra: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(["run"].iter().chain(extra))
+                .map(|cli| cli.run.take_over)
+        };
+        assert!(parse(&[]).unwrap());
+        assert!(!parse(&["--take-over=off"]).unwrap());
+        assert!(parse(&["--take-over", "on"]).unwrap());
     }
 }

@@ -139,6 +139,12 @@ async fn show(args: StatusArgs, invocation: Invocation) -> anyhow::Result<()> {
             "{}",
             print(&statuses, now, args.output, &namespaces)?
         )?;
+        if !matches!(args.output, Some(Output::Json | Output::Yaml))
+            && options.mode == conclave_core::plan::Mode::Auto
+            && let Some(line) = who_elects_the_builtins_leases(&client).await
+        {
+            writeln!(stdout, "\n{line}")?;
+        }
         return Ok(stdout.flush()?);
     }
     watch(&client, &namespaces, &engine, options, args.output).await
@@ -190,6 +196,30 @@ fn print(
         Some(Output::Yaml) => {
             serde_saphyr::to_string(&status::document(statuses, now)).context("writing YAML")?
         }
+    })
+}
+
+/// Who elects the OldestEmulationVersion Leases under `--mode auto`, from the built-in election
+/// controller's Lease: a Conclave replica that took it over, or a kube-apiserver; `None` when
+/// the Lease cannot be read or no one holds it.
+async fn who_elects_the_builtins_leases(client: &Client) -> Option<String> {
+    let (namespace, name) = conclave_controller::BUILTIN_LEASE;
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let lease = api.get_opt(name).await.ok()??;
+    let record = conclave_core::k8s::lease_record(&lease);
+    let holder = record.holder().filter(|_| !record.is_expired(now()))?;
+    Some(if conclave_controller::takeover::is_conclave(holder) {
+        format!(
+            "OldestEmulationVersion Leases: elected by Conclave ({holder} holds \
+             {namespace}/{name}: kube-apiserver's built-in election controller is taken over)"
+        )
+    } else {
+        format!(
+            "OldestEmulationVersion Leases: left to kube-apiserver's built-in election controller \
+             ({holder} holds {namespace}/{name}); to have Conclave elect them, run the controller \
+             with --take-over=on (chart: controller.takeOver=on)"
+        )
     })
 }
 

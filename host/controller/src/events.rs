@@ -48,6 +48,12 @@ pub enum EventReason {
     /// The kubelet reported that the holder's process stopped (pod liveness): the next
     /// candidate is elected without waiting for the Lease to expire.
     HolderDead,
+    /// The active replica holds kube-apiserver's built-in election controller's Lease and
+    /// elects its Leases ([`crate::takeover`]).
+    BuiltinTakenOver,
+    /// The built-in election controller's Lease was found with another holder while Conclave
+    /// elected its Leases: they are left to the built-in controller again.
+    BuiltinTakeOverLost,
 }
 
 impl EventReason {
@@ -62,6 +68,8 @@ impl EventReason {
             Self::UnknownStrategy => "UnknownStrategy",
             Self::HolderNeverRenewed => "HolderNeverRenewed",
             Self::HolderDead => "HolderDead",
+            Self::BuiltinTakenOver => "BuiltinTakenOver",
+            Self::BuiltinTakeOverLost => "BuiltinTakeOverLost",
         }
     }
 
@@ -69,12 +77,13 @@ impl EventReason {
     #[must_use]
     pub const fn event_type(self) -> EventType {
         match self {
-            Self::Elected | Self::Preempted => EventType::Normal,
+            Self::Elected | Self::Preempted | Self::BuiltinTakenOver => EventType::Normal,
             Self::PluginError
             | Self::StrategyConflict
             | Self::UnknownStrategy
             | Self::HolderNeverRenewed
-            | Self::HolderDead => EventType::Warning,
+            | Self::HolderDead
+            | Self::BuiltinTakeOverLost => EventType::Warning,
         }
     }
 }

@@ -39,6 +39,7 @@ pub mod pods;
 pub mod queue;
 pub mod reconcile;
 pub mod status;
+pub mod takeover;
 pub mod wire;
 pub mod writer;
 
@@ -123,6 +124,11 @@ pub struct ControllerConfig {
     /// soon as the kubelet reports that the holder's process stopped, instead of when its Lease
     /// expires. Needs `get`, `list` and `watch` on pods; without them it falls back to expiry.
     pub pod_liveness: bool,
+    /// Take over from kube-apiserver's built-in election controller ([`takeover`]): the active
+    /// replica holds that controller's Lease, and `--mode auto` elects its Leases too. Needs
+    /// `get`, `create` and `update` on `kube-system/leader-election-controller`; without them
+    /// the Leases are left to the built-in controller while it is active.
+    pub take_over: bool,
 }
 
 impl ControllerConfig {
@@ -158,6 +164,7 @@ impl Default for ControllerConfig {
             fail_when_blocked: false,
             first_election_settle: conclave_core::step::Settle::DEFAULT,
             pod_liveness: true,
+            take_over: true,
         }
     }
 }
@@ -199,6 +206,9 @@ pub struct Context {
     metrics: metrics::Metrics,
     config: ControllerConfig,
     builtin_active: AtomicBool,
+    /// The take-over of the built-in controller's Lease; `None` with `--take-over=false` or a
+    /// mode other than `auto` (which do not look at the built-in controller).
+    takeover: Option<Arc<takeover::TakeOver>>,
     leases: LeaseStates,
     /// Pod liveness; `None` when `--pod-liveness=off`.
     pods: Option<Arc<pods::PodLiveness>>,
@@ -235,8 +245,14 @@ fn mark(set: &Mutex<HashSet<LeaseKey>>, key: &LeaseKey, member: bool) -> i64 {
 }
 
 impl Context {
+    /// Whether kube-apiserver's built-in controller may be electing its Leases: as the take-over
+    /// knows it (this replica holds its Lease, and waited for the apiserver it replaced), else as
+    /// that controller's Lease shows it (held by a kube-apiserver and fresh).
     fn builtin_active(&self) -> bool {
-        self.builtin_active.load(Ordering::Relaxed)
+        self.takeover
+            .as_ref()
+            .and_then(|t| t.builtin_may_elect())
+            .unwrap_or_else(|| self.builtin_active.load(Ordering::Relaxed))
     }
 
     fn set_managed(&self, key: &LeaseKey, managed: bool) {
@@ -359,13 +375,14 @@ fn instant_at(at: Timestamp) -> Instant {
 }
 
 /// Whether kube-apiserver's built-in election controller is active: its Lease
-/// ([`BUILTIN_LEASE`]) is held and not expired. This is what `--mode auto` looks at, and what
-/// `conclave status` and the demo show.
+/// ([`BUILTIN_LEASE`]) is held by a kube-apiserver (not by a Conclave replica that took it
+/// over, [`takeover`]) and not expired. This is what `--mode auto` looks at without the
+/// take-over, and what `conclave status` and the demo show.
 pub async fn builtin_controller_active(client: &Client) -> Result<bool, kube::Error> {
     let api = kube::Api::<Lease>::namespaced(client.clone(), BUILTIN_LEASE.0);
     Ok(api.get_opt(BUILTIN_LEASE.1).await?.is_some_and(|lease| {
         let record = lease_record(&lease);
-        record.holder().is_some() && !record.is_expired(now())
+        record.holder().is_some_and(|h| !takeover::is_conclave(h)) && !record.is_expired(now())
     }))
 }
 
@@ -416,6 +433,8 @@ pub async fn run_with_plugin_objects(
         .own_renew_deadline
         .saturating_sub(config.own_retry_period);
     let leadership = Leadership::new(shutdown.clone(), drain_grace);
+    let takeover = (config.take_over && config.mode == Mode::Auto)
+        .then(|| Arc::new(takeover::TakeOver::new(metrics.builtin_taken_over.clone())));
     let ctx = Arc::new(Context {
         client: client.clone(),
         caches,
@@ -432,6 +451,7 @@ pub async fn run_with_plugin_objects(
         metrics,
         config: config.clone(),
         builtin_active: AtomicBool::new(false),
+        takeover,
         leases: LeaseStates::default(),
         pods,
     });
@@ -549,6 +569,31 @@ async fn lead(ctx: Arc<Context>, leadership: &Leadership, term: conclave_candida
     let count_ctx = ctx.clone();
     let token = term.token().clone();
     term.spawn(async move { count_leaderless(count_ctx, token).await });
+    if let Some(takeover) = ctx.takeover.clone() {
+        let (hold_ctx, hold_leadership) = (ctx.clone(), leadership.clone());
+        let token = term.token().clone();
+        term.spawn(async move {
+            let changed = || hold_ctx.enqueue_all();
+            takeover::Holder {
+                client: &hold_ctx.client,
+                takeover: &takeover,
+                leadership: &hold_leadership,
+                events: &hold_ctx.events,
+                identity: takeover::identity(
+                    &hold_ctx.config.controller_namespace,
+                    &hold_ctx.config.identity,
+                ),
+                prefix: takeover::identity_prefix(&hold_ctx.config.controller_namespace),
+                lease_duration: hold_ctx.config.own_lease_duration,
+                renew_deadline: hold_ctx.config.own_renew_deadline,
+                retry_period: hold_ctx.config.own_retry_period,
+                api_timeout: hold_ctx.config.api_timeout,
+                changed: &changed,
+            }
+            .run(token)
+            .await;
+        });
+    }
     term.cancelled().await;
     leadership.ended();
     ctx.metrics.active.set(0);

@@ -214,6 +214,9 @@ pub struct Metrics {
     /// Whether pod liveness is in effect (1), or off or unavailable (0: the flag, or the API
     /// server does not serve Pods to this controller).
     pub pod_liveness: Gauge,
+    /// Whether this replica elects kube-apiserver's built-in controller's Leases because it
+    /// holds that controller's Lease (1), or not (0) ([`crate::takeover`]).
+    pub builtin_taken_over: Gauge,
     /// API writes by operation and result.
     pub writes: Family<WriteLabels, Counter>,
     /// Writes not sent because this replica no longer leads, by operation.
@@ -280,6 +283,7 @@ impl Metrics {
             holders_never_renewed: Counter::default(),
             holders_dead: Family::default(),
             pod_liveness: Gauge::default(),
+            builtin_taken_over: Gauge::default(),
             writes: Family::default(),
             writes_dropped: Family::default(),
             active: Gauge::default(),
@@ -381,6 +385,12 @@ impl Metrics {
             "pod_liveness",
             "Whether pod liveness is in effect (1) or off or unavailable (0)",
             metrics.pod_liveness.clone(),
+        );
+        r.register(
+            "builtin_taken_over",
+            "1 while this replica holds kube-apiserver's built-in election controller's Lease and \
+             elects its Leases (--take-over), else 0",
+            metrics.builtin_taken_over.clone(),
         );
         r.register(
             "api_writes",

@@ -632,6 +632,131 @@ async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_re
     );
 }
 
+/// A kube-apiserver's election of the built-in controller, as client-go runs it: it holds
+/// `kube-system/leader-election-controller` as `identity`, renewing every 500 ms with a 2 s
+/// duration, and stops for good once it finds another holder (client-go's renewal then fails
+/// and it steps down; it never overwrites a live holder). Returns when it stopped.
+async fn apiserver_holding_the_builtin_lease(
+    client: Client,
+    identity: &'static str,
+) -> tokio::task::JoinHandle<jiff::Timestamp> {
+    let api: Api<Lease> = Api::namespaced(client, "kube-system");
+    let at = jiff::Timestamp::now();
+    create_lease(
+        &api,
+        "leader-election-controller",
+        LeaseSpec {
+            holder_identity: Some(identity.into()),
+            lease_duration_seconds: Some(2),
+            acquire_time: Some(micro(at)),
+            renew_time: Some(micro(at)),
+            ..LeaseSpec::default()
+        },
+    )
+    .await;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Ok(mut lease) = api.get("leader-election-controller").await else {
+                continue;
+            };
+            let spec = lease.spec.as_mut().expect("spec");
+            if spec.holder_identity.as_deref() != Some(identity) {
+                return jiff::Timestamp::now();
+            }
+            spec.renew_time = Some(micro(jiff::Timestamp::now()));
+            let _ = api
+                .replace("leader-election-controller", &PostParams::default(), &lease)
+                .await;
+        }
+    })
+}
+
+/// Issue 48: the take-over (on by default, with `--mode auto`). A kube-apiserver runs the
+/// built-in election controller; Conclave's active replica writes itself as the holder of that
+/// controller's Lease, keeps it, and elects the OldestEmulationVersion Lease only three of the
+/// replaced holder's lease durations after it took it (the apiserver's controller may run until
+/// its renew deadline and its release have passed). Then a graceful stop of the replica hands
+/// it to the next active replica at once (the same installation), and a crash of every
+/// replica leaves it to expire, unreleased, for a kube-apiserver to take.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_take_over_holds_the_builtin_lease_and_elects_once_the_apiserver_stopped() {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let builtin: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let apiserver = apiserver_holding_the_builtin_lease(client.clone(), "apiserver-1_0f0f").await;
+    let addr = free_addr();
+    let auto = |identity: &str| {
+        let mut cfg = config(NS, identity);
+        cfg.mode = Mode::Auto;
+        cfg.take_over = true;
+        cfg
+    };
+    let mut first = auto("c1");
+    first.metrics_addr = Some(addr);
+    let c1 = start(client.clone(), first);
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+
+    let taken = wait_lease(
+        &builtin,
+        "leader-election-controller",
+        "c1 takes it over",
+        |r| r.holder() == Some("conclave/kube-system/c1"),
+    )
+    .await;
+    let stepped_down = tokio::time::timeout(WAIT, apiserver)
+        .await
+        .expect("the apiserver saw another holder")
+        .expect("no panic");
+    let elected = wait_lease(&leases, "l", "a elected by Conclave", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    let safe_from = taken.acquire_time.expect("acquireTime") + Duration::from_secs(3 * 2);
+    assert!(
+        elected.acquire_time.expect("acquireTime") >= safe_from,
+        "Conclave elected at {:?}, before the apiserver it replaced (which saw it at \
+         {stepped_down}) must have stopped ({safe_from})",
+        elected.acquire_time
+    );
+    wait_metrics(addr, "the take-over gauge", |body| {
+        metric_sum(body, "conclave_builtin_taken_over ") == 1.0
+    })
+    .await;
+    wait_event(
+        &client,
+        "kube-system",
+        "leader-election-controller",
+        "BuiltinTakenOver",
+    )
+    .await;
+
+    // A second replica; the first stops gracefully: the second takes the Lease from its own
+    // installation at once.
+    let c2 = start(client.clone(), auto("c2"));
+    c1.stop().await;
+    wait_lease(&builtin, "leader-election-controller", "c2 holds it", |r| {
+        r.holder() == Some("conclave/kube-system/c2")
+    })
+    .await;
+
+    // Every replica crashes: the Lease is not released, and its renewals stop.
+    c2.crash();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last = builtin.get("leader-election-controller").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = builtin.get("leader-election-controller").await.unwrap();
+    assert_eq!(
+        last.metadata.resource_version, later.metadata.resource_version,
+        "nothing renews it once every replica is gone"
+    );
+    assert_eq!(
+        later.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("conclave/kube-system/c2"),
+        "not released: a kube-apiserver takes it at expiry"
+    );
+}
+
 /// Counts the relists (a full list after a 410 or at start) of a watcher on `api`, which is
 /// in the same scope as the controller's own watchers.
 struct WatchRelists {

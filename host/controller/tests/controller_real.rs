@@ -311,6 +311,117 @@ fn conclave_lease_writes(metrics: &str) -> f64 {
     )
 }
 
+/// Issue 48 on the real kube-apiserver (CoordinatedLeaderElection gate, its built-in election
+/// controller leading): Conclave's take-over (`--mode auto`, `--take-over`, the defaults) holds
+/// the built-in controller's Lease; the apiserver's controller stops leading (its own metric
+/// says so) and stays a follower; Conclave elects the OldestEmulationVersion Lease once the
+/// apiserver must have stopped, and pre-empts for a better candidate. When every Conclave
+/// replica is killed, the apiserver's controller leads again once the Lease expires. Prints the
+/// times it measured.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_take_over_makes_the_builtin_controller_a_follower_and_hands_back_when_conclave_dies() {
+    let Some(cp) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    wait_builtin_leading(&cp)
+        .await
+        .expect("the built-in election controller leads");
+    let client = cp.client().await.unwrap();
+    let ns = cp.namespace("take-over").await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let builtin: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let metrics_addr = controller_support::free_addr();
+    let mut cfg = config(&ns, "replica-1");
+    cfg.mode = Mode::Auto;
+    cfg.take_over = true;
+    cfg.controller_namespace = ns.clone();
+    cfg.namespaces = vec![ns.clone()];
+    cfg.metrics_addr = Some(metrics_addr);
+    let _a = candidate_in(&client, &ns, "a", "cp", "1.37.0", "1.36.0", OEV).await;
+    let _holder_a = CoordinatedHolder::start(leases.clone(), "cp", "a");
+    // The built-in controller elects it first.
+    wait_lease(&leases, "cp", "a elected by the built-in controller", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+
+    let started = tokio::time::Instant::now();
+    let conclave = start(client.clone(), cfg);
+    let ours = format!("conclave/{ns}/replica-1");
+    wait_lease(
+        &builtin,
+        "leader-election-controller",
+        "Conclave holds it",
+        |r| r.holder() == Some(ours.as_str()),
+    )
+    .await;
+    let taken = started.elapsed();
+    conclave_testkit::wait_for(
+        "the built-in controller to stop leading",
+        Duration::from_secs(90),
+        || async { Ok((!cp.builtin_controller_leading().await?).then_some(())) },
+    )
+    .await
+    .expect("the apiserver's controller stops");
+    let builtin_stopped = started.elapsed();
+    conclave_testkit::wait_for(
+        "Conclave to elect the built-in's Leases",
+        Duration::from_secs(120),
+        || async {
+            let body = controller_support::scrape(metrics_addr).await;
+            Ok(
+                (controller_support::metric_sum(&body, "conclave_builtin_taken_over ") == 1.0)
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .expect("the take-over completes");
+    let electing = started.elapsed();
+    assert!(
+        electing >= builtin_stopped,
+        "Conclave elected ({electing:?}) before the built-in controller stopped leading \
+         ({builtin_stopped:?})"
+    );
+    // Conclave elects: a better candidate pre-empts a, and the Lease says who elected it.
+    let _b = candidate_in(&client, &ns, "b", "cp", "1.37.0", "1.35.0", OEV).await;
+    let _holder_b = CoordinatedHolder::start(leases.clone(), "cp", "b");
+    wait_lease(&leases, "cp", "b elected by Conclave", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let elected = leases.get("cp").await.unwrap();
+    assert!(
+        elected
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(conclave_core::lease::ELECTED_BY_ANNOTATION),
+        "Conclave wrote the election"
+    );
+    assert!(
+        !cp.builtin_controller_leading().await.unwrap(),
+        "the built-in controller stays a follower"
+    );
+
+    // Every Conclave replica killed: the apiserver's controller leads again at expiry.
+    let killed = tokio::time::Instant::now();
+    conclave.crash();
+    conclave_testkit::wait_for(
+        "the built-in controller to lead again",
+        Duration::from_secs(90),
+        || async { Ok(cp.builtin_controller_leading().await?.then_some(())) },
+    )
+    .await
+    .expect("the built-in controller resumes");
+    let resumed = killed.elapsed();
+    eprintln!(
+        "take-over: Lease held {taken:?} after start, the built-in controller stopped leading at \
+         {builtin_stopped:?}, Conclave elected its Leases at {electing:?}; after every replica \
+         was killed the built-in controller led again {resumed:?} later"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn auto_mode_lives_beside_the_active_builtin_controller() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
@@ -327,6 +438,8 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     let metrics_addr = controller_support::free_addr();
     let mut cfg = config(&ns, "conclave-auto");
     cfg.mode = Mode::Auto;
+    // Beside the built-in controller, not taking it over (the take-over has its own test).
+    cfg.take_over = false;
     cfg.controller_namespace = ns.clone();
     cfg.namespaces = vec![ns.clone()];
     cfg.metrics_addr = Some(metrics_addr);

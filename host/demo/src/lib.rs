@@ -370,6 +370,9 @@ pub async fn run_demo(
             identity: "conclave-demo".into(),
             controller_namespace: namespace.clone(),
             metrics_addr: None,
+            // The demo elects its own namespace's Leases only; it never takes over a cluster's
+            // built-in election controller.
+            take_over: false,
             ..ControllerConfig::default()
         };
         tokio::spawn(controller::run(
