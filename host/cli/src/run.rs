@@ -92,7 +92,8 @@ pub struct RunArgs {
     pub first_election_settle: Duration,
     /// Pod liveness: watch the Pods that LeaseCandidates name (conclave-candidate in a pod) and
     /// elect the next candidate as soon as the kubelet reports that the holder's container
-    /// terminated or was replaced, or its Pod was deleted, instead of when its Lease expires.
+    /// terminated or was replaced (a Pod's deletion alone is no evidence: a force delete may
+    /// leave the process running), instead of when its Lease expires.
     /// Needs get, list and watch on pods; without them, one warning and failover at expiry.
     #[arg(long, env = "CONCLAVE_POD_LIVENESS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = parse_on_off)]
     pub pod_liveness: bool,

@@ -8,7 +8,7 @@ The rules for managing coordinated Leases, exactly what `conclave run` does and 
   StrategyConflict, PluginError on Leases; patch bumps the series count of a repeated event.
   Core (v1) Events are not used, so not granted.
 - Pods: read only (get/list/watch), for pod liveness (`controller.podLiveness`, on by default):
-  the kubelet's report that a holder's container terminated, or its Pod's deletion, fails over
+  the kubelet's report that a holder's container terminated (not a Pod's deletion alone) fails over
   before the Lease expires. Never written; not granted when pod liveness is off. Without it the
   controller logs one warning and fails over at expiry. Unset (a `helm upgrade --reuse-values`
   from a chart without the value) counts as on, as in the flag's default.
