@@ -299,17 +299,19 @@ mod tests {
         assert_eq!(resolve(None, None), "kube-system");
     }
 
-    #[test]
-    fn pod_liveness_is_on_unless_switched_off() {
+    /// `conclave run`'s flags parsed from `extra`.
+    fn parse_run(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
             run: RunArgs,
         }
-        let parse = |extra: &[&str]| {
-            <Cli as clap::Parser>::try_parse_from(["run"].iter().chain(extra))
-                .map(|cli| cli.run.pod_liveness)
-        };
+        <Cli as clap::Parser>::try_parse_from(["run"].iter().chain(extra)).map(|cli| cli.run)
+    }
+
+    #[test]
+    fn pod_liveness_is_on_unless_switched_off() {
+        let parse = |extra: &[&str]| parse_run(extra).map(|run| run.pod_liveness);
         assert!(parse(&[]).unwrap());
         assert!(!parse(&["--pod-liveness=off"]).unwrap());
         assert!(parse(&["--pod-liveness", "on"]).unwrap());
@@ -318,15 +320,7 @@ mod tests {
 
     #[test]
     fn the_take_over_is_on_unless_switched_off() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            run: RunArgs,
-        }
-        let parse = |extra: &[&str]| {
-            <Cli as clap::Parser>::try_parse_from(["run"].iter().chain(extra))
-                .map(|cli| cli.run.take_over)
-        };
+        let parse = |extra: &[&str]| parse_run(extra).map(|run| run.take_over);
         assert!(parse(&[]).unwrap());
         assert!(!parse(&["--take-over=off"]).unwrap());
         assert!(parse(&["--take-over", "on"]).unwrap());

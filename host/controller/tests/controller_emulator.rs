@@ -511,15 +511,7 @@ const LEASE_UPDATE_CONFLICTS: &str =
 
 #[tokio::test(flavor = "multi_thread")]
 async fn watchers_recover_from_expired_watch_history() {
-    // No bookmarks: a watcher's resume point is the last event it saw in its own scope.
-    let emu = Emulator::start(EmulatorConfig {
-        bookmark_interval: Duration::from_secs(3600),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator starts");
-    let client =
-        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    let (emu, client) = emulator_without_bookmarks().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let relists = WatchRelists::start(leases.clone());
     let mut cfg = config(NS, "c1");
@@ -568,15 +560,7 @@ async fn watchers_recover_from_expired_watch_history() {
 /// saw: the Lease is not created again before that (it was at once, 8 s too early).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_renewals() {
-    // No bookmarks: the watch's resume point is the last event it saw.
-    let emu = Emulator::start(EmulatorConfig {
-        bookmark_interval: Duration::from_secs(3600),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .expect("emulator starts");
-    let client =
-        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    let (emu, client) = emulator_without_bookmarks().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let duration = 6;
     let mut cfg = config(NS, "c1");
@@ -755,6 +739,20 @@ async fn the_take_over_holds_the_builtin_lease_and_elects_once_the_apiserver_sto
         Some("conclave/kube-system/c2"),
         "not released: a kube-apiserver takes it at expiry"
     );
+}
+
+/// An emulator that sends no bookmarks, and a client: a watcher's resume point is the last event
+/// it saw in its own scope, so expiring the history makes its resume fail with 410 Gone.
+async fn emulator_without_bookmarks() -> (conclave_emulator::RunningEmulator, Client) {
+    let emu = Emulator::start(EmulatorConfig {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .expect("emulator starts");
+    let client =
+        Client::try_from(kube::Config::new(emu.url().parse().expect("url"))).expect("client");
+    (emu, client)
 }
 
 /// Counts the relists (a full list after a 410 or at start) of a watcher on `api`, which is

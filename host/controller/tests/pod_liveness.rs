@@ -227,6 +227,55 @@ impl Scenario {
         assert!(self.pods.get_opt(&self.pod).await.unwrap().is_none());
     }
 
+    /// Another `conclave-candidate` for the scenario's Lease, as `identity` with emulation
+    /// version `emulation`, in a Pod of its own named `pod`: the kubelet reports its container
+    /// `app` as `status` (a `container_status`); its record names the container, its ID
+    /// `container_id` when given, and `process_started`. Returns its running task.
+    async fn candidate_in_own_pod(
+        &self,
+        pod: &str,
+        identity: &str,
+        emulation: &str,
+        status: Value,
+        container_id: Option<&str>,
+        process_started: jiff::Timestamp,
+    ) -> tokio::task::JoinHandle<()> {
+        let object: Pod = serde_json::from_value(json!({
+            "metadata": {"name": pod},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+        }))
+        .unwrap();
+        let created = self
+            .pods
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+        self.pods
+            .patch_status(
+                pod,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"phase": "Running", "containerStatuses": [status]}}),
+                ),
+            )
+            .await
+            .unwrap();
+        let lease_config = LeaseConfig::new(NS, &self.lease, identity);
+        let candidate_config =
+            CandidateConfig::new("1.33.0", emulation, OEV).with_pod(Some(PodRef {
+                name: pod.into(),
+                uid: created.metadata.uid.clone().unwrap(),
+                namespace: Some(NS.into()),
+                container: Some("app".into()),
+                container_id: container_id.map(Into::into),
+                process_started: process_started.to_string(),
+            }));
+        let process = Candidate::new(self.client.clone(), lease_config, candidate_config).unwrap();
+        tokio::spawn(async move {
+            let _ = process.run(CancellationToken::new()).await;
+        })
+    }
+
     /// Writes the Pod's status as the kubelet would.
     async fn kubelet_writes(&self, status: Value) {
         self.pods
@@ -788,49 +837,19 @@ async fn when_pods_are_forbidden_the_controller_falls_back_to_expiry() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_candidate_reported_dead_is_never_elected() {
     let s = Scenario::start("dead-candidate", LONG, controller_config()).await;
-    let dead_pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "web-dead"},
-        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
-    }))
-    .unwrap();
-    let dead_pod = s
-        .pods
-        .create(&PostParams::default(), &dead_pod)
-        .await
-        .unwrap();
-    let started = jiff::Timestamp::now();
-    s.pods
-        .patch_status(
-            "web-dead",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
-                container_status(
-                    OURS,
-                    json!({"terminated": {"exitCode": 137}}),
-                    json!({}),
-                    0,
-                ),
-            ]}})),
-        )
-        .await
-        .unwrap();
     // The dead process's LeaseCandidate, as it left it: fresh, the best version, naming its
     // container.
-    let lease_config = LeaseConfig::new(NS, &s.lease, "web-dead-5e5e5e5e");
-    let candidate_config = CandidateConfig::new("1.33.0", "1.28.0", OEV).with_pod(Some(PodRef {
-        name: "web-dead".into(),
-        uid: dead_pod.metadata.uid.clone().unwrap(),
-        namespace: Some(NS.into()),
-        container: Some("app".into()),
-        container_id: Some(OURS.into()),
-        process_started: (started - jiff::SignedDuration::from_secs(60)).to_string(),
-    }));
-    let stop = CancellationToken::new();
-    let dead = Candidate::new(s.client.clone(), lease_config, candidate_config).unwrap();
-    let token = stop.clone();
-    let dead_task = tokio::spawn(async move {
-        let _ = dead.run(token).await;
-    });
+    let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    let dead_task = s
+        .candidate_in_own_pod(
+            "web-dead",
+            "web-dead-5e5e5e5e",
+            "1.28.0",
+            container_status(OURS, json!({"terminated": {"exitCode": 137}}), json!({}), 0),
+            Some(OURS),
+            started,
+        )
+        .await;
     let candidates: Api<LeaseCandidate> = Api::namespaced(s.client.clone(), NS);
     conclave_testkit::wait_for(
         "the dead process's candidate",
@@ -862,53 +881,27 @@ async fn a_candidate_reported_dead_is_never_elected() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_candidate_without_a_container_id_stamped_late_by_its_runtime_is_preferred() {
     let s = Scenario::start("late-stamp", LONG, controller_config()).await;
-    let late_pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "web-late"},
-        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
-    }))
-    .unwrap();
-    let late_pod = s
-        .pods
-        .create(&PostParams::default(), &late_pod)
-        .await
-        .unwrap();
     let started = jiff::Timestamp::now();
-    s.pods
-        .patch_status(
+    let stamped = rfc3339(started + jiff::SignedDuration::from_secs(2));
+    let late_task = s
+        .candidate_in_own_pod(
             "web-late",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
-                container_status(
-                    NEWER,
-                    json!({"running": {"startedAt":
-                        rfc3339(started + jiff::SignedDuration::from_secs(2))}}),
-                    json!({}),
-                    0,
-                ),
-            ]}})),
+            "web-late-7f7f7f7f",
+            "1.28.0",
+            container_status(
+                NEWER,
+                json!({"running": {"startedAt": stamped}}),
+                json!({}),
+                0,
+            ),
+            None,
+            started,
         )
-        .await
-        .unwrap();
-    let lease_config = LeaseConfig::new(NS, &s.lease, "web-late-7f7f7f7f");
-    let candidate_config = CandidateConfig::new("1.33.0", "1.28.0", OEV).with_pod(Some(PodRef {
-        name: "web-late".into(),
-        uid: late_pod.metadata.uid.clone().unwrap(),
-        namespace: Some(NS.into()),
-        container: Some("app".into()),
-        container_id: None,
-        process_started: started.to_string(),
-    }));
-    let stop = CancellationToken::new();
-    let late = Candidate::new(s.client.clone(), lease_config, candidate_config).unwrap();
-    let token = stop.clone();
-    let late_task = tokio::spawn(async move {
-        let _ = late.run(token).await;
-    });
+        .await;
     let record = wait_lease(&s.leases, &s.lease, "a pre-emption", |r| {
         r.preferred_holder.is_some()
     })
     .await;
-    stop.cancel();
     late_task.abort();
     assert_eq!(
         record.preferred_holder.as_deref(),
