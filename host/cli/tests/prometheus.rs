@@ -7,6 +7,7 @@
 
 use conclave_candidate::{CandidateConfig, Elector, LeaseConfig};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
+use conclave_testkit::fixture_plugin::{self, fixture_component};
 use conclave_testkit::{
     CandidateResponder, ControlPlane, Prometheus, PrometheusConfig, lease_candidate,
 };
@@ -40,21 +41,12 @@ fn free_port() -> u16 {
     probe.local_addr().expect("addr").port()
 }
 
-/// The engine's hand-written fixture plugin (`host/engine/tests/fixtures/strategy.wat`) for
+/// The testkit's hand-written fixture plugin (`conclave_testkit::fixture_plugin`) for
 /// strategy [`TRAP`] whose `elect` traps (`unreachable`), as `trap.wasm` in `dir`.
 fn write_trapping_plugin(dir: &Path) {
-    let template =
-        std::fs::read_to_string(repo_root().join("host/engine/tests/fixtures/strategy.wat"))
-            .expect("the fixture template");
-    let len = u32::try_from(TRAP.len()).expect("short").to_le_bytes();
-    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
-    let text = template
-        .replace("{{NAME_LEN}}", &len)
-        .replace("{{NAME}}", TRAP)
-        .replace("{{ELECT}}", "(unreachable)");
     std::fs::write(
         dir.join("trap.wasm"),
-        wat::parse_str(text).expect("the fixture assembles"),
+        fixture_component(TRAP, fixture_plugin::TRAP),
     )
     .expect("writing trap.wasm");
 }

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use conclave_testkit::fixture_plugin::fixture_component;
+
 fn vectors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/oldest-emulation-version.json")
 }
@@ -232,21 +234,11 @@ fn the_strategy_flag_overrides_the_strategy_a_case_names() {
     assert!(last_line(&overridden).ends_with(" passed, 0 failed"));
 }
 
-/// The engine's hand-written fixture plugin (conclave:strategy@0.1.0) implementing `strategy`
+/// The testkit's hand-written fixture plugin (conclave:strategy@0.1.0) implementing `strategy`
 /// with `body` as its `elect`, as a component file in `dir`.
 fn fixture_plugin(dir: &Path, strategy: &str, body: &str) -> PathBuf {
-    let template = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/strategy.wat"),
-    )
-    .unwrap();
-    let len = u32::try_from(strategy.len()).unwrap().to_le_bytes();
-    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
-    let text = template
-        .replace("{{NAME_LEN}}", &len)
-        .replace("{{NAME}}", strategy)
-        .replace("{{ELECT}}", body);
     let path = dir.join("plugin.wasm");
-    std::fs::write(&path, wat::parse_str(text).unwrap()).unwrap();
+    std::fs::write(&path, fixture_component(strategy, body)).unwrap();
     path
 }
 

@@ -1,7 +1,7 @@
 //! Fuzzing what crosses the plugin boundary (issue 32, part 3): the answer a plugin gives back
 //! through WIT, and the sidecar JSON an operator writes next to a plugin.
 //!
-//! - The answer path: a hand-written 0.1 plugin (`fixtures/strategy.wat`) that answers whatever
+//! - The answer path: a hand-written 0.1 plugin (the testkit's `fixtures/strategy.wat`) that answers whatever
 //!   the request's settings say, so one compiled plugin gives every answer: a candidate's name,
 //!   a name next to one, the empty name, a huge or non-ASCII one, for requests whose candidates
 //!   have empty, duplicate, huge or non-ASCII names. And the built-in plugins (0.4, answering
@@ -34,8 +34,6 @@ const DEFAULT_CASES: u32 = 1_000;
 /// from the cache).
 const DEFAULT_SIDECAR_CASES: u32 = 300;
 
-const TEMPLATE: &str = include_str!("fixtures/strategy.wat");
-
 /// The strategy the echoing fixture claims.
 const ECHO: &str = "test/answer-settings";
 
@@ -53,12 +51,7 @@ const ANSWER_SETTINGS: &str = concat!(
 
 /// The fixture plugin claiming `name`, whose `elect` runs `body`.
 fn fixture(name: &str, body: &str) -> String {
-    let len = u32::try_from(name.len()).unwrap().to_le_bytes();
-    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
-    TEMPLATE
-        .replace("{{NAME_LEN}}", &len)
-        .replace("{{NAME}}", name)
-        .replace("{{ELECT}}", body)
+    conclave_testkit::fixture_plugin::fixture_text(name, body)
 }
 
 /// The echoing fixture as `dir/answer.wasm` (wasmtime reads the text format).

@@ -1,4 +1,4 @@
-//! The engine's sandbox, proven against hand-written fixtures (`fixtures/strategy.wat`): runaway
+//! The engine's sandbox, proven against hand-written fixtures (the testkit's `fixture_plugin`): runaway
 //! loops, memory bombs, traps, bad answers and forbidden imports each become a typed error, and the
 //! engine keeps serving good plugins afterwards. A plain `std` guest (`fixtures/wasi-guest`) runs only
 //! with `--allow-wasi`, in a context that denies it the filesystem, environment and real clocks.
@@ -17,10 +17,7 @@ use conclave_testkit::wasm_build;
 mod common;
 use common::{candidate, fixture, request};
 
-const LOOP: &str = "(loop $spin (br $spin)) (unreachable)";
-const MEMORY_BOMB: &str =
-    "(loop $grow (drop (memory.grow (i32.const 16))) (br $grow)) (unreachable)";
-const TRAP: &str = "(unreachable)";
+use conclave_testkit::fixture_plugin::{MEMORY_BOMB, SPIN as LOOP, TRAP};
 const UNKNOWN_NAME: &str = "(i32.const 0x100)";
 const NOBODY: &str = "(i32.const 0x120)";
 const REFUSE: &str = "(i32.const 0x140)";

@@ -41,6 +41,7 @@ pub mod checker;
 mod components;
 mod control_plane;
 mod differential;
+pub mod fixture_plugin;
 mod fuzz;
 mod holder;
 mod node;

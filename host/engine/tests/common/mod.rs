@@ -4,17 +4,10 @@ use conclave_core::request::{CandidateView, ElectionRequest, LeaseView};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
 
-const TEMPLATE: &str = include_str!("../fixtures/strategy.wat");
-
-/// A fixture plugin claiming strategy `name`, whose `elect` runs `body`.
+/// A fixture plugin claiming strategy `name`, whose `elect` runs `body` (the testkit's
+/// hand-written component, as text: the engine's tests build wasmtime with `wat`).
 pub fn fixture(name: &str, body: &str) -> String {
-    assert!(name.len() <= 64);
-    let len = u32::try_from(name.len()).unwrap().to_le_bytes();
-    let len: String = len.iter().map(|b| format!("\\{b:02x}")).collect();
-    TEMPLATE
-        .replace("{{NAME_LEN}}", &len)
-        .replace("{{NAME}}", name)
-        .replace("{{ELECT}}", body)
+    conclave_testkit::fixture_plugin::fixture_text(name, body)
 }
 
 /// A candidate of the given versions, created at a fixed time.
