@@ -158,7 +158,8 @@ pub struct StrategyPluginStatus {
     pub observed_generation: Option<i64>,
     /// `Ready`: `True` when the spec's version serves; `False` with the reason otherwise
     /// (`PullFailed`, `DigestMismatch`, `InvalidComponent`, `ImportsRefused`, `ShadowsBuiltin`,
-    /// `StrategyConflict`, `StrategiesMissing`, `SettingsInvalid`, `SourceInvalid`).
+    /// `StrategyConflict`, `StrategiesMissing`, `SettingsInvalid`, `TrialTrapped`,
+    /// `TrialTimedOut`, `TrialOutOfMemory`, `SourceInvalid`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<PluginCondition>,
     /// The lowercase hex SHA-256 of the component in service.

@@ -26,7 +26,8 @@ use conclave_api::{
     FailurePolicy, PluginCondition, READY, StrategyPlugin, StrategyPluginSpec, StrategyPluginStatus,
 };
 use conclave_engine::{
-    Engine, InstallError, LimitOverrides, LoadError, PluginOptions, PluginSource, PreparedPlugin,
+    CallError, Engine, InstallError, LimitOverrides, LoadError, PluginOptions, PluginSource,
+    PreparedPlugin,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
@@ -91,8 +92,15 @@ pub enum FailureReason {
     StrategyConflict,
     /// It does not implement every strategy its spec lists.
     StrategiesMissing,
-    /// Its settings or limits are unusable.
+    /// Its settings or limits are unusable (also: the trial election, with no candidates, came
+    /// back with the plugin's own error, as a plugin that needs settings answers without them).
     SettingsInvalid,
+    /// The trial election trapped (a panic, `unreachable`, an out-of-bounds access).
+    TrialTrapped,
+    /// The trial election ran out of its time limit (a loop that never ends).
+    TrialTimedOut,
+    /// The trial election ran out of its memory limit.
+    TrialOutOfMemory,
     /// The source is unusable as written (no digest, a path outside the plugins directory).
     SourceInvalid,
 }
@@ -110,6 +118,9 @@ impl FailureReason {
             Self::StrategyConflict => "StrategyConflict",
             Self::StrategiesMissing => "StrategiesMissing",
             Self::SettingsInvalid => "SettingsInvalid",
+            Self::TrialTrapped => "TrialTrapped",
+            Self::TrialTimedOut => "TrialTimedOut",
+            Self::TrialOutOfMemory => "TrialOutOfMemory",
             Self::SourceInvalid => "SourceInvalid",
         }
     }
@@ -126,6 +137,21 @@ impl FailureReason {
             LoadError::Sha256Mismatch { .. } => Self::DigestMismatch,
             LoadError::Sidecar { .. } | LoadError::DefaultLimits { .. } => Self::SettingsInvalid,
             _ => Self::InvalidComponent,
+        }
+    }
+
+    /// Why the trial election (no candidates, no settings) failed: what the sandbox stopped,
+    /// the plugin's own refusal, or an answer no election could use.
+    fn of_trial_error(error: &CallError) -> Self {
+        match error {
+            CallError::Trap { .. } => Self::TrialTrapped,
+            CallError::LimitExceeded { .. } => Self::TrialTimedOut,
+            CallError::Memory { .. } => Self::TrialOutOfMemory,
+            CallError::PluginError { .. } => Self::SettingsInvalid,
+            CallError::UnknownStrategy { .. }
+            | CallError::Instantiate { .. }
+            | CallError::InvalidRequest { .. }
+            | CallError::InvalidAnswer { .. } => Self::InvalidComponent,
         }
     }
 }
@@ -470,7 +496,7 @@ impl Job {
             })?;
             prepared.trial().map_err(|error| {
                 Failure::new(
-                    FailureReason::SettingsInvalid,
+                    FailureReason::of_trial_error(&error),
                     format!(
                         "a trial election with no candidates failed, so every election would: \
                          {error}"
@@ -853,7 +879,14 @@ async fn write_statuses(
         }
         let patch = serde_json::json!({ "status": status });
         match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                name,
+                &PatchParams {
+                    field_manager: Some(crate::writer::FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => {

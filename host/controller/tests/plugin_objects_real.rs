@@ -12,6 +12,7 @@ use conclave_api::{
 use conclave_controller::plugin_objects::PluginObjectsConfig;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION as OEV;
 use conclave_engine::{Engine, EngineConfig};
+use conclave_testkit::fixture_plugin::{MEMORY_BOMB, SPIN, TRAP, fixture_component};
 use conclave_testkit::{ControlPlane, Registry, wasm_build};
 use controller_support::{CoordinatedHolder, WAIT, candidate_in, config, wait_event, wait_lease};
 use k8s_openapi::ByteString;
@@ -198,6 +199,12 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
             ("oldest.wasm", oldest),
             ("garbage.wasm", b"not a component".to_vec()),
             ("wasi.wasm", wasi),
+            ("spin.wasm", fixture_component("test/spin", SPIN)),
+            (
+                "bomb.wasm",
+                fixture_component("test/memory-bomb", MEMORY_BOMB),
+            ),
+            ("trap.wasm", fixture_component("test/trap", TRAP)),
         ],
     )
     .await;
@@ -319,6 +326,16 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
         from_config_map("absent", "x.wasm", None),
     )
     .await;
+    // Hostile plugins: each is refused with a reason that says what the sandbox stopped in the
+    // trial election.
+    for hostile in ["spin", "bomb", "trap"] {
+        apply(
+            &plugins,
+            &name(hostile),
+            from_config_map("plugins", &format!("{hostile}.wasm"), None),
+        )
+        .await;
+    }
     for (object, reason) in [
         ("shadow", "ShadowsBuiltin"),
         ("garbage", "InvalidComponent"),
@@ -326,6 +343,9 @@ async fn plugins_applied_as_objects_elect_live_and_a_broken_one_blocks_nothing_e
         ("unset", "SettingsInvalid"),
         ("missing", "PullFailed"),
         ("wasi", "ImportsRefused"),
+        ("spin", "TrialTimedOut"),
+        ("bomb", "TrialOutOfMemory"),
+        ("trap", "TrialTrapped"),
     ] {
         let failed = wait_ready(&plugins, &name(object), "False", reason).await;
         let message = &failed.status.unwrap().conditions[0].message;
