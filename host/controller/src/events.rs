@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,7 +254,7 @@ impl Publisher {
             ..K8sEvent::default()
         };
         Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &object)
+            .create(&crate::writer::post_params(), &object)
             .await
             .map(drop)
     }

@@ -47,7 +47,7 @@ use crate::key::LeaseKey;
 use crate::leadership::Leadership;
 use conclave_core::k8s::{lease_record, micro_time, now};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Mutex;
@@ -268,7 +268,7 @@ impl Holder<'_> {
         }
         let sent = Instant::now();
         let at = now();
-        let params = PostParams::default();
+        let params = crate::writer::post_params();
         let lease = match current {
             Some(mut lease) => {
                 let spec = lease.spec.get_or_insert_with(LeaseSpec::default);

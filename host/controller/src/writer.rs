@@ -25,6 +25,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The field manager of every write the controller sends: `metadata.managedFields` then names
+/// Conclave as the writer of each holder it elected (`kubectl get lease NAME -o yaml
+/// --show-managed-fields`), apart from the candidates' renewals and from kube-apiserver's
+/// built-in controller.
+pub const FIELD_MANAGER: &str = "conclave";
+
+/// The create/replace parameters of the controller's writes: [`FIELD_MANAGER`], no dry run.
+#[must_use]
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
 /// Why a write (or a read made for one) did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -145,7 +160,7 @@ impl Writer {
     ) -> Result<Lease, WriteError> {
         let api = Api::<Lease>::namespaced(self.client.clone(), &desired.namespace);
         let object = lease_object(base, desired);
-        let params = PostParams::default();
+        let params = post_params();
         let operation = if base.is_some() {
             Operation::LeaseUpdate
         } else {
@@ -239,7 +254,7 @@ impl Writer {
                 return Ok(());
             };
             spec.ping_time = Some(micro_time(now));
-            let params = PostParams::default();
+            let params = post_params();
             let replace = api.replace(&key.name, &params, &candidate);
             match self.send(Operation::Ping, replace).await {
                 Ok(_) => {
