@@ -231,6 +231,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         first_election_settle: conclave_core::step::Settle::after_gap(args.first_election_settle),
         pod_liveness: args.pod_liveness,
         take_over: args.take_over,
+        // The product's rule: the longer of the lease duration and kube-apiserver's default.
+        unseen_lease_hold: None,
     };
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();

@@ -19,6 +19,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::task::JoinSet;
 
 struct Scope {
@@ -40,12 +41,14 @@ pub struct Caches {
 impl Caches {
     /// Starts the watches of each scope (`namespaces` empty = cluster-wide) on `tasks`, each
     /// feeding [`index::leases`] or [`index::candidates`], which enqueue on `queue` and count the
-    /// acks of pings recorded in `pings`.
+    /// acks of pings recorded in `pings`. A Lease missing from the first list counts as held
+    /// for `start_hold` after it ([`index::Renewals::with_start_hold`]).
     pub fn start(
         client: &Client,
         namespaces: &[String],
         queue: &WorkQueue,
         pings: &Arc<Pings>,
+        start_hold: Duration,
         tasks: &mut JoinSet<()>,
     ) -> Self {
         let scopes: Vec<Option<String>> = if namespaces.is_empty() {
@@ -54,7 +57,7 @@ impl Caches {
             namespaces.iter().cloned().map(Some).collect()
         };
         let own_writes = Arc::new(OwnWrites::default());
-        let renewals = Arc::new(index::Renewals::default());
+        let renewals = Arc::new(index::Renewals::with_start_hold(start_hold));
         let mut built = Vec::new();
         for namespace in scopes {
             let (lease_api, candidate_api): (Api<Cached<Lease>>, Api<Cached<LeaseCandidate>>) =

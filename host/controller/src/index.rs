@@ -53,6 +53,7 @@ pub async fn leases<S>(
     futures::pin_mut!(events);
     let mut relist = Relist::default();
     let mut relisted = HashSet::new();
+    let mut first_list = true;
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(lease)) => {
@@ -86,6 +87,10 @@ pub async fn leases<S>(
                 }
             }
             Ok(watcher::Event::InitDone) => {
+                if first_list {
+                    renewals.first_listed(namespace, now());
+                    first_list = false;
+                }
                 renewals.relisted(namespace, &relisted, now());
                 own_writes.relisted();
                 relist.finish(queue);
@@ -117,6 +122,12 @@ struct RenewalsState {
     /// in one entry, so that a renewal costs one lookup.
     current: HashMap<LeaseKey, Watch>,
     deleted_while_held: HashMap<LeaseKey, Timestamp>,
+    /// How long a Lease this controller has not seen since it started counts as possibly held
+    /// ([`Renewals::with_start_hold`]).
+    start_hold: Duration,
+    /// For the scope of each watch (a namespace, `None`: every namespace), until when a Lease of
+    /// that scope missing from its first list, and not seen since, counts as possibly held.
+    unseen_held_until: Vec<(Option<String>, Timestamp)>,
     /// Lease -> candidate -> (times in a row it never renewed, until when it sits out).
     sitting_out: HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
 }
@@ -622,19 +633,55 @@ impl Renewals {
         }
     }
 
+    /// Renewals that count a Lease this controller has not seen since it started (missing from
+    /// its first list, and not watched since) as possibly held for `hold` after that list: it
+    /// may have been deleted just before, while its holder led, and nothing this process saw
+    /// tells when that holder renewed last (issue 47, finding 2: a controller started after the
+    /// deletion of a held Lease created it at once for someone else). `hold` is the longest
+    /// lease duration such a Lease could have had.
+    #[must_use]
+    pub fn with_start_hold(hold: Duration) -> Self {
+        Self(Mutex::new(RenewalsState {
+            start_hold: hold,
+            ..RenewalsState::default()
+        }))
+    }
+
+    /// The first list at `now` of the Leases in `namespace` (`None`: every namespace) is
+    /// complete: a Lease of that scope it did not show counts as possibly held until `now` plus
+    /// the start hold ([`Renewals::with_start_hold`]), unless it is seen before then.
+    pub fn first_listed(&self, namespace: Option<&str>, now: Timestamp) {
+        let mut state = lock(&self.0);
+        if !state.start_hold.is_zero() {
+            let until = now + state.start_hold;
+            state
+                .unseen_held_until
+                .push((namespace.map(str::to_owned), until));
+        }
+    }
+
     /// Until when the holder of `key`'s Lease, deleted while held, may still lead by its own
     /// reckoning; `None` when the Lease was not deleted while held, was seen again, or that time
-    /// has passed at `now`.
+    /// has passed at `now`. A Lease this controller has not seen since it started counts as
+    /// deleted while held just before its first list ([`Renewals::first_listed`]).
     #[must_use]
     pub fn held_after_deletion(&self, key: &LeaseKey, now: Timestamp) -> Option<Timestamp> {
         let mut state = lock(&self.0);
-        let until = *state.deleted_while_held.get(key)?;
-        if until > now {
-            Some(until)
-        } else {
+        if let Some(until) = state.deleted_while_held.get(key).copied() {
+            if until > now {
+                return Some(until);
+            }
             state.deleted_while_held.remove(key);
-            None
         }
+        if state.unseen_held_until.is_empty() || state.current.contains_key(key) {
+            return None;
+        }
+        state.unseen_held_until.retain(|(_, until)| *until > now);
+        state
+            .unseen_held_until
+            .iter()
+            .find(|(scope, _)| scope.as_deref().is_none_or(|ns| ns == key.namespace))
+            .map(|(_, until)| *until)
     }
 
     /// The candidates that sit out the elections of `key`'s Lease at `now`

@@ -129,9 +129,25 @@ pub struct ControllerConfig {
     /// `get`, `create` and `update` on `kube-system/leader-election-controller`; without them
     /// the Leases are left to the built-in controller while it is active.
     pub take_over: bool,
+    /// How long after its first list the controller counts a Lease it has not seen as possibly
+    /// held (deleted while held just before this process started: nothing it saw tells when
+    /// that holder renewed last), and so does not create it. `None`: the longer of
+    /// `lease_duration_seconds` and kube-apiserver's default lease duration (15 s), the longest
+    /// such a Lease could have had from Conclave or the built-in controller. Zero only where no
+    /// Lease can have existed before (an emulator started with the controller).
+    pub unseen_lease_hold: Option<Duration>,
 }
 
 impl ControllerConfig {
+    /// [`ControllerConfig::unseen_lease_hold`] as it applies.
+    #[must_use]
+    pub fn unseen_lease_hold(&self) -> Duration {
+        self.unseen_lease_hold.unwrap_or_else(|| {
+            Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or(0))
+                .max(takeover::DEFAULT_BUILTIN_DURATION)
+        })
+    }
+
     /// The settings an election step depends on.
     #[must_use]
     pub const fn step_config(&self) -> StepConfig {
@@ -165,6 +181,7 @@ impl Default for ControllerConfig {
             first_election_settle: conclave_core::step::Settle::DEFAULT,
             pod_liveness: true,
             take_over: true,
+            unseen_lease_hold: None,
         }
     }
 }
@@ -424,7 +441,14 @@ pub async fn run_with_plugin_objects(
     let queue = WorkQueue::default();
     let pings = Arc::new(Pings::new(metrics.pings_acked.clone()));
     let mut tasks = JoinSet::new();
-    let caches = Caches::start(&client, &config.namespaces, &queue, &pings, &mut tasks);
+    let caches = Caches::start(
+        &client,
+        &config.namespaces,
+        &queue,
+        &pings,
+        config.unseen_lease_hold(),
+        &mut tasks,
+    );
     let pods = config.pod_liveness.then(|| {
         pods::PodLiveness::start(&client, &config.namespaces, &caches, &queue, &mut tasks)
     });

@@ -616,6 +616,53 @@ async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_re
     );
 }
 
+/// Issue 47, finding 2, its other half: a controller that starts after a held Lease was deleted
+/// never saw it, nor its holder's renewals. The holder (cut off from the API server, or slow to
+/// notice) may lead until its last renewal plus its duration; the Lease is not created for
+/// another candidate before that.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_started_after_a_held_lease_was_deleted_does_not_create_it_while_its_holder_may_lead()
+ {
+    let (_emu, client) = emulator().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let duration = 6;
+    let mut cfg = config(NS, "c1");
+    cfg.lease_duration_seconds = duration;
+    cfg.unseen_lease_hold = None;
+    let first = start(client.clone(), cfg.clone());
+    let _a = candidate(&client, "a", "l", "1.31.0", "1.31.0", OEV).await;
+    wait_lease(&leases, "l", "a elected", |r| r.holder() == Some("a")).await;
+    first.stop().await;
+
+    // With no controller running, a renews once more and the Lease is deleted; then a controller
+    // starts.
+    let mut lease = leases.get("l").await.unwrap();
+    let last_renewal = jiff::Timestamp::now();
+    lease.spec.as_mut().unwrap().renew_time = Some(micro(last_renewal));
+    leases
+        .replace("l", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    leases.delete("l", &Default::default()).await.unwrap();
+    let _b = candidate(&client, "b", "l", "1.31.0", "1.31.0", OEV).await;
+    cfg.identity = "c2".into();
+    let _second = start(client.clone(), cfg);
+
+    let recreated = wait_lease(&leases, "l", "the Lease created again", |r| {
+        r.holder().is_some()
+    })
+    .await;
+    let term_end = conclave_core::k8s::timestamp(last_renewal)
+        + Duration::from_secs(u64::try_from(duration).unwrap());
+    let acquired = recreated.acquire_time.expect("acquireTime");
+    assert!(
+        acquired >= term_end,
+        "created again at {acquired} for {:?}, while a, which renewed it last at {last_renewal}, \
+         may lead until {term_end}",
+        recreated.holder()
+    );
+}
+
 /// A kube-apiserver's election of the built-in controller, as client-go runs it: it holds
 /// `kube-system/leader-election-controller` as `identity`, renewing every 500 ms with a 2 s
 /// duration, and stops for good once it finds another holder (client-go's renewal then fails

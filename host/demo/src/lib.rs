@@ -373,6 +373,9 @@ pub async fn run_demo(
             // The demo elects its own namespace's Leases only; it never takes over a cluster's
             // built-in election controller.
             take_over: false,
+            // The embedded emulator starts with the controller: no Lease existed before its
+            // first list, so none was deleted while held.
+            unseen_lease_hold: Some(std::time::Duration::ZERO),
             ..ControllerConfig::default()
         };
         tokio::spawn(controller::run(

@@ -176,6 +176,9 @@ pub fn config(namespace: &str, identity: &str) -> ControllerConfig {
         own_lease_duration: Duration::from_secs(4),
         own_renew_deadline: Duration::from_secs(3),
         own_retry_period: Duration::from_millis(500),
+        // Each test's namespace is new: no Lease of it existed before the controller's first
+        // list. The tests of that hold set it back to the product's.
+        unseen_lease_hold: Some(Duration::ZERO),
         ..ControllerConfig::default()
     }
 }
