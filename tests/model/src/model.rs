@@ -5,8 +5,8 @@ use crate::strategy::{oldest_emulation_version, rank};
 use crate::timing::{Bounds, Timing};
 use crate::world::{
     Candidate, Controller, Id, LEASE, NAMESPACE, OwnLease, Phase, PodStatus, Renewal, Replica,
-    ReplicaId, ReplicaPhase, Reported, Server, State, StoredCandidate, StoredLease, Time,
-    Violations, announced, id_of, identity, process_dead, stamped_by_holder, timestamp,
+    ReplicaId, ReplicaPhase, Reported, Server, State, StoredCandidate, StoredLease, StoredPod,
+    Time, Violations, announced, id_of, identity, process_dead, stamped_by_holder, timestamp,
 };
 use conclave_core::lease::{LeaseRecord, Release, SitOut};
 use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since, never_renewed_backoff};
@@ -17,7 +17,7 @@ use core::time::Duration;
 use stateright::{Model, Property};
 
 /// How many times a step reads the Lease again after a write conflict (`reconcile.rs`).
-const CONFLICT_ATTEMPTS: usize = 3;
+const CONFLICT_ATTEMPTS: u8 = 3;
 
 /// How long candidates not renewed take part in elections (seconds): longer than any run.
 const CANDIDATE_GC_AFTER: u64 = 3_600;
@@ -110,6 +110,15 @@ pub enum Action {
     DeleteCandidate(Id),
     /// The Lease is deleted (an operator, a cleanup).
     DeleteLease,
+    /// Candidate `Id`'s Pod is deleted without any report from the kubelet (a force delete,
+    /// Pod GC of a deleted Node's Pods): its process, if it runs, runs on.
+    DeletePod(Id),
+    /// A Pod is created under the name of candidate `Id`'s deleted Pod, with a new UID (a
+    /// StatefulSet's way): a restart of the candidate runs in it.
+    RecreatePod(Id),
+    /// Controller replica `ReplicaId` reads the Lease after its step's write was refused as a
+    /// conflict (`reconcile.rs`), and steps again on what it found.
+    ReadAfterConflict(ReplicaId),
 }
 
 /// The controller's step settings in the model.
@@ -183,6 +192,15 @@ impl Election {
         } else {
             Time::MAX / 2
         }
+    }
+
+    /// `ControllerConfig::unseen_lease_hold` as the model's controller uses it: the longest
+    /// duration a Lease of the model can have (every holder and the controller write
+    /// `lease_duration`, a release 1 s), as the product's default is the longest of its own and
+    /// the built-in controller's, which the model does not run.
+    #[must_use]
+    pub const fn unseen_lease_hold(&self) -> Time {
+        self.timing.lease_duration
     }
 
     fn healed_after(&self) -> Time {
@@ -269,12 +287,18 @@ impl Election {
     /// `reconcile.rs`: one step on the cached snapshot; after a write conflict the Lease is read
     /// again, the read stands in for the cache until the watch delivers the next event
     /// (`own_writes.rs`), and the step runs again on it, up to [`CONFLICT_ATTEMPTS`] times.
-    /// (A read finding the Lease deleted, kept as a deletion ahead of the watch there, cannot
-    /// happen here: a conflict and its read are one action, and a create conflicts only with a
-    /// stored Lease.)
     fn step(&self, state: &mut State, r: usize) {
-        let mut lease = state.controllers[r].lease;
-        for _ in 0..CONFLICT_ATTEMPTS {
+        let lease = state.controllers[r].lease;
+        self.step_from(state, r, lease, CONFLICT_ATTEMPTS);
+    }
+
+    /// The step's attempts on `lease`, `attempts` at most. With Lease deletions the read after a
+    /// conflict is an action of its own ([`Action::ReadAfterConflict`]), so that the Lease may be
+    /// deleted, and its deletion watched, between the refused write and the read; without, a
+    /// conflict and its read are one action (a create conflicts only with a stored Lease, so the
+    /// read cannot find it missing).
+    fn step_from(&self, state: &mut State, r: usize, mut lease: Option<StoredLease>, attempts: u8) {
+        for left in (0..attempts).rev() {
             if !self.step_once(state, r, lease) {
                 return;
             }
@@ -283,8 +307,37 @@ impl Election {
                 // retried later from the cache, not re-read.
                 return;
             }
+            if self.bounds.lease_deletions > 0 {
+                state.controllers[r].rereading = Some(left);
+                return;
+            }
             state.controllers[r].lease = state.server.lease;
             lease = state.server.lease;
+        }
+    }
+
+    /// `reconcile.rs` `reconcile_key` after a conflict, and `own_writes.rs`
+    /// `WriteTicket::succeeded`, `found_deleted`: the Lease read stands in for the cache and the
+    /// step runs again on it (while attempts are left and the replica still leads); a Lease read
+    /// missing is kept as a deletion ahead of the watch, unless the watch's latest event of it is
+    /// its deletion (issue 47, finding 3: then no later event would ever clear it).
+    fn read_after_conflict(&self, state: &mut State, r: usize) {
+        let Some(left) = state.controllers[r].rereading.take() else {
+            return;
+        };
+        match state.server.lease {
+            Some(fresh) => {
+                state.controllers[r].lease = Some(fresh);
+                if left > 0 && self.is_leading(state, r) {
+                    self.step_from(state, r, Some(fresh), left);
+                }
+            }
+            None => {
+                let controller = &mut state.controllers[r];
+                if !controller.deleted_by_watch {
+                    controller.deleted_ahead = true;
+                }
+            }
         }
     }
 
@@ -334,7 +387,11 @@ impl Election {
         let known_dead = |id: Id, stored: &StoredCandidate| {
             self.bounds.pod_liveness
                 && Some(id) != holder
-                && process_dead(stored.process, state.controllers[r].pods[usize::from(id)])
+                && process_dead(
+                    stored.process,
+                    stored.pod,
+                    state.controllers[r].pod_report(usize::from(id), stored.pod),
+                )
         };
         let candidates: Vec<_> = self
             .ids()
@@ -355,9 +412,7 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
-            deleted_while_held_until: state.controllers[r]
-                .deleted_while_held
-                .filter(|until| *until > now)
+            deleted_while_held_until: Self::held_after_deletion(&state.controllers[r], now)
                 .map(timestamp),
             sitting_out: &sitting_out,
         });
@@ -413,6 +468,21 @@ impl Election {
         }
     }
 
+    /// `index.rs` `Renewals::held_after_deletion`: until when the holder of the Lease, deleted
+    /// while held, may still lead by controller `controller`'s reckoning at `now`; else, while
+    /// the Lease is not among the watched ones, until the end of the hold after a restart's
+    /// first list (`Renewals::first_listed`).
+    fn held_after_deletion(controller: &Controller, now: Time) -> Option<Time> {
+        controller
+            .deleted_while_held
+            .filter(|until| *until > now)
+            .or_else(|| {
+                controller
+                    .unseen_held_until
+                    .filter(|until| *until > now && controller.delivered.is_none())
+            })
+    }
+
     /// `index.rs` `Renewals::sit_out`: `id`, written as holder and never renewing, sits out the
     /// Lease's elections, longer each time in a row.
     fn sit_out(state: &mut State, r: usize, id: Id) {
@@ -448,17 +518,14 @@ impl Election {
             .filter(|_| !record.is_expired(timestamp(now)))
             .and_then(|holder| {
                 let cached = state.controllers[r].candidates[usize::from(holder)]?;
-                process_dead(
-                    cached.process,
-                    state.controllers[r].pods[usize::from(holder)],
-                )
-                .then_some((holder, cached))
+                let pod = state.controllers[r].pod_report(usize::from(holder), cached.pod);
+                process_dead(cached.process, cached.pod, pod).then_some((holder, cached, pod?))
             });
-        let Some((holder, cached)) = evidence else {
+        let Some((holder, cached, pod)) = evidence else {
             state.controllers[r].reported = None;
             return PodVerdict::Alive;
         };
-        let dead_since = timestamp(state.controllers[r].pods[usize::from(holder)].at);
+        let dead_since = timestamp(pod.at);
         let Some(reported) = state.controllers[r]
             .reported
             .filter(|seen| seen.holder == holder)
@@ -1036,7 +1103,9 @@ impl Election {
                 }
                 Phase::Releasing => actions.push(Action::Release(id)),
                 Phase::Down { .. } => {
-                    if faulty && self.bounds.restarts {
+                    // The kubelet starts it again in its Pod, or in the Pod recreated under its
+                    // name; none while no Pod of its name exists.
+                    if faulty && self.bounds.restarts && !state.server.pods[slot].deleted {
                         actions.push(Action::Restart(id));
                     }
                 }
@@ -1054,8 +1123,21 @@ impl Election {
             {
                 actions.push(Action::DeleteCandidate(id));
             }
-            if self.bounds.pod_liveness && state.server.pods[slot] != Self::pod_truth(candidate) {
+            // Only the kubelet of the Pod the process runs in reports on it, while that Pod exists.
+            let pod = state.server.pods[slot];
+            if self.bounds.pod_liveness
+                && !pod.deleted
+                && pod.status.uid == candidate.pod
+                && pod.status != Self::pod_truth(candidate)
+            {
                 actions.push(Action::KubeletReports(id));
+            }
+            if faulty && self.bounds.pod_liveness {
+                if pod.deleted {
+                    actions.push(Action::RecreatePod(id));
+                } else if state.pod_deletions < self.bounds.pod_deletions {
+                    actions.push(Action::DeletePod(id));
+                }
             }
         }
     }
@@ -1079,11 +1161,18 @@ impl Election {
                 if controller.candidates[at] != state.server.candidates[at] {
                     actions.push(Action::WatchCandidate(r, id));
                 }
-                if self.bounds.pod_liveness && controller.pods[at] != state.server.pods[at] {
+                if self.bounds.pod_liveness
+                    && (controller.pods[at] != state.server.pods[at].live()
+                        || controller.pod_deletions[at].is_some())
+                {
                     actions.push(Action::WatchPod(r, id));
                 }
             }
-            if self.is_leading(state, slot) {
+            if controller.rereading.is_some() {
+                // The step under way reads the Lease before anything else of it runs.
+                actions.push(Action::ReadAfterConflict(r));
+            } else if self.is_leading(state, slot) && !controller.deleted_ahead {
+                // `reconcile_key`: no step runs on a Lease read deleted ahead of the watch.
                 actions.push(Action::Step(r));
             }
         }
@@ -1119,6 +1208,7 @@ impl Election {
             _ => (false, candidate.started_at),
         };
         PodStatus {
+            uid: candidate.pod,
             container: candidate.incarnation,
             terminated,
             at,
@@ -1131,6 +1221,11 @@ impl Election {
             Action::Tick => state.now += 1,
             Action::WatchLease(r) => {
                 let r = usize::from(r);
+                // `own_writes.rs` `observed`, `observed_deletion`: the cache is the truth again.
+                let controller = &mut state.controllers[r];
+                controller.deleted_ahead = false;
+                controller.deleted_by_watch = state.server.lease.is_none()
+                    && (controller.deletion.is_some() || controller.deleted_by_watch);
                 if let Some(deleted) = state.controllers[r].deletion.take() {
                     // `Renewals::deleted`: the event carries the Lease as stored when deleted.
                     state.controllers[r].deleted_while_held = deleted.holder.map(|_| {
@@ -1168,32 +1263,30 @@ impl Election {
                 } else {
                     state.controller_restarts += 1;
                 }
-                // `Renewals::relisted`: a Lease known before and not listed was deleted; the
-                // deletion event itself is not delivered, and its holder may have renewed it
-                // unseen up to the deletion, before this relist (issue 47, finding 2).
-                state.controllers[r].deletion = None;
-                state.controllers[r].deleted_while_held =
-                    match (state.server.lease, state.controllers[r].renewal) {
-                        (None, Some(renewal)) => renewal.holder.map(|_| {
-                            now + state.controllers[r]
-                                .delivered
-                                .map_or(self.timing.lease_duration, |l| l.duration)
-                        }),
-                        (None, None) => state.controllers[r].deleted_while_held,
-                        (Some(_), _) => None,
-                    };
-                state.controllers[r].delivered = state.server.lease;
-                state.controllers[r].lease = state.server.lease;
-                state.controllers[r]
-                    .candidates
-                    .clone_from(&state.server.candidates);
-                state.controllers[r].renewal = state
-                    .server
-                    .lease
-                    .map(|lease| Renewal::listed(None, &lease, now));
-                state.controllers[r].sitting_out = vec![None; self.bounds.candidates];
-                state.controllers[r].pods.clone_from(&state.server.pods);
-                state.controllers[r].reported = None;
+                // A new process: it forgets everything (watched renewals, deletions, sit-outs,
+                // reports, tombstones, reads ahead of the watch) and lists every object. A Lease
+                // missing from its first list counts as possibly held for a hold after it
+                // (`Renewals::first_listed`): it may have been deleted, unseen, while its holder
+                // led (issue 47, finding 2).
+                let listed = state.server.lease;
+                let n = self.bounds.candidates;
+                state.controllers[r] = Controller {
+                    delivered: listed,
+                    lease: listed,
+                    candidates: state.server.candidates.clone(),
+                    renewal: listed.map(|lease| Renewal::listed(None, &lease, now)),
+                    sitting_out: vec![None; n],
+                    pods: state.server.pods.iter().map(StoredPod::live).collect(),
+                    tombstones: vec![None; n],
+                    pod_deletions: vec![None; n],
+                    reported: None,
+                    deleted_while_held: None,
+                    deletion: None,
+                    unseen_held_until: Some(now + self.unseen_lease_hold()),
+                    deleted_by_watch: false,
+                    deleted_ahead: false,
+                    rereading: None,
+                };
             }
             Action::Step(r) => self.step(state, usize::from(r)),
             Action::FollowOwnLease(r) => self.follow_own_lease(state, usize::from(r)),
@@ -1209,12 +1302,14 @@ impl Election {
                 let slot = usize::from(id);
                 let at = Self::local_time(state, id);
                 let process = state.candidates[slot].incarnation;
+                let pod = state.candidates[slot].pod;
                 state.server.candidates[slot] = Some(match state.server.candidates[slot] {
                     Some(current) => StoredCandidate {
                         resource_version: current.resource_version + 1,
                         renew_time: at,
                         ping_pending: false,
                         process,
+                        pod,
                         ..current
                     },
                     None => StoredCandidate {
@@ -1223,6 +1318,7 @@ impl Election {
                         ping_time: None,
                         ping_pending: false,
                         process,
+                        pod,
                     },
                 });
                 state.candidates[slot].registered = true;
@@ -1284,6 +1380,7 @@ impl Election {
                 if self.bounds.pod_liveness {
                     candidate.incarnation += 1;
                     candidate.started_at = now + candidate.clock_offset;
+                    candidate.pod = state.server.pods[usize::from(id)].status.uid;
                 }
             }
             Action::CutOff(id) => {
@@ -1306,24 +1403,55 @@ impl Election {
             }
             Action::KubeletReports(id) => {
                 let slot = usize::from(id);
-                state.server.pods[slot] = Self::pod_truth(&state.candidates[slot]);
+                state.server.pods[slot].status = Self::pod_truth(&state.candidates[slot]);
             }
             Action::WatchPod(r, id) => {
                 let r = usize::from(r);
                 let slot = usize::from(id);
-                let pod = state.server.pods[slot];
-                state.controllers[r].pods[slot] = pod;
+                let controller = &mut state.controllers[r];
+                // `pods.rs` `follow`: a deletion event's Pod is kept as a tombstone.
+                if let Some(deleted) = controller.pod_deletions[slot].take() {
+                    controller.tombstones[slot] = Some(deleted);
+                }
+                controller.pods[slot] = state.server.pods[slot].live();
                 let holder = state.server.lease.and_then(|l| l.holder);
                 if now >= self.bounds.faults_until
                     && self.is_leading(state, r)
                     && state.holder_reported_at.is_none()
                     && holder == Some(id)
                     && !state.candidates[slot].is_up()
-                    && state.server.candidates[slot].is_some_and(|c| process_dead(c.process, pod))
+                    && state.server.candidates[slot].is_some_and(|c| {
+                        process_dead(
+                            c.process,
+                            c.pod,
+                            state.controllers[r].pod_report(slot, c.pod),
+                        )
+                    })
                 {
                     state.holder_reported_at = Some(now);
                 }
             }
+            Action::DeletePod(id) => {
+                let slot = usize::from(id);
+                state.pod_deletions += 1;
+                let stored = &mut state.server.pods[slot];
+                stored.deleted = true;
+                let deleted = stored.status;
+                for controller in &mut state.controllers {
+                    controller.pod_deletions[slot] = Some(deleted);
+                }
+            }
+            Action::RecreatePod(id) => {
+                let stored = &mut state.server.pods[usize::from(id)];
+                *stored = StoredPod {
+                    status: PodStatus {
+                        uid: stored.status.uid + 1,
+                        ..PodStatus::default()
+                    },
+                    deleted: false,
+                };
+            }
+            Action::ReadAfterConflict(r) => self.read_after_conflict(state, usize::from(r)),
         }
     }
 
@@ -1374,10 +1502,16 @@ impl Model for Election {
             candidates: vec![None; n],
             renewal: None,
             sitting_out: vec![None; n],
-            pods: vec![PodStatus::default(); n],
+            pods: vec![Some(PodStatus::default()); n],
+            tombstones: vec![None; n],
+            pod_deletions: vec![None; n],
             reported: None,
             deleted_while_held: None,
             deletion: None,
+            unseen_held_until: None,
+            deleted_by_watch: false,
+            deleted_ahead: false,
+            rereading: None,
         };
         offsets
             .into_iter()
@@ -1386,7 +1520,7 @@ impl Model for Election {
                 server: Server {
                     lease: None,
                     candidates: vec![None; n],
-                    pods: vec![PodStatus::default(); n],
+                    pods: vec![StoredPod::default(); n],
                     own_lease: None,
                 },
                 controllers: vec![controller.clone(); self.bounds.replicas],
@@ -1411,6 +1545,7 @@ impl Model for Election {
                         cut_off_until: 0,
                         incarnation: 0,
                         started_at: 0,
+                        pod: 0,
                     })
                     .collect(),
                 crashes: 0,
@@ -1422,6 +1557,7 @@ impl Model for Election {
                 declared_dead: false,
                 candidate_deletions: 0,
                 lease_deletions: 0,
+                pod_deletions: 0,
                 unanswered_pings: vec![0; n],
                 violations: Violations::default(),
             })

@@ -114,6 +114,11 @@ pub struct Bounds {
     pub candidate_deletions: u8,
     /// How many times the Lease may be deleted (an operator, a namespace cleanup) during faults.
     pub lease_deletions: u8,
+    /// With [`Bounds::pod_liveness`], how many times a candidate's Pod may be deleted during
+    /// faults, with no word from the kubelet (a force delete, Pod GC of a deleted Node's Pods:
+    /// its process may run on), and recreated under the same name with a new UID (a
+    /// StatefulSet's way), in which a restart of the candidate then runs.
+    pub pod_deletions: u8,
     /// How many controller replicas run (`r0`, `r1`, …). One: the lone controller always leads
     /// and has no Lease of its own (the checks before replicas were modelled). Two or more: each
     /// replica keeps its own watches and caches, contends for the controller's own Lease as
@@ -135,6 +140,7 @@ impl Bounds {
         restarts: true,
         candidate_deletions: 0,
         lease_deletions: 0,
+        pod_deletions: 0,
         replicas: 1,
     };
 }

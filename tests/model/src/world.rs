@@ -141,6 +141,9 @@ pub struct StoredCandidate {
     /// The process the candidate's annotations record (its container ID and start): which
     /// start of the candidate ([`Candidate::incarnation`]) last wrote the object.
     pub process: u8,
+    /// The UID of the Pod its ownerReference names ([`Candidate::pod`] of the start that last
+    /// wrote the object).
+    pub pod: u8,
 }
 
 impl StoredCandidate {
@@ -161,13 +164,18 @@ impl StoredCandidate {
     }
 }
 
-/// What the kubelet reports of a candidate's container in its Pod's `status.containerStatuses[]`:
-/// which start of the candidate ([`Candidate::incarnation`]) runs in the current container,
-/// whether that container is reported terminated, and when it started or finished. A later start
-/// implies that every earlier one was reported terminated (`lastState`), or replaced by an
-/// instance started after it.
+/// A candidate's Pod (`core::pod::PodReport`): its UID and what the kubelet reports of the
+/// candidate's container in `status.containerStatuses[]`: which start of the candidate
+/// ([`Candidate::incarnation`]) runs in the current container, whether that container is reported
+/// terminated, and when it started or finished. A later start implies that every earlier one was
+/// reported terminated (`lastState`), or replaced by an instance started after it. A Pod
+/// recreated under the same name (a new UID) shows no status until a start of the candidate runs
+/// in it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct PodStatus {
+    /// `metadata.uid`, by count: 0 is the Pod every candidate starts in, each Pod recreated under
+    /// the same name one more.
+    pub uid: u8,
     /// The start of the candidate in the current container.
     pub container: u8,
     /// Whether the current container is reported terminated.
@@ -178,12 +186,40 @@ pub struct PodStatus {
     pub at: Time,
 }
 
-/// `conclave_core::pod::process_dead` on the model's records: whether `pod` proves that the
-/// process of start `process` (as its LeaseCandidate records it) stopped: its container is
-/// reported terminated, or another instance of it started after it.
+/// `conclave_core::pod::process_dead` on the model's records: whether `pod` (what the controller
+/// knows of the Pod the record names, [`Controller::pod_report`]) proves that the process of
+/// start `process` in the Pod of UID `pod_uid` (as its LeaseCandidate records them, container ID
+/// included) stopped: its container is reported terminated, or another instance of it, in the
+/// same Pod, started after it. Nothing known of the Pod (it is gone, or another Pod has its
+/// name) proves nothing: another Pod's containers never carry the recorded container ID.
 #[must_use]
-pub fn process_dead(process: u8, pod: PodStatus) -> bool {
-    pod.container > process || (pod.container == process && pod.terminated)
+pub fn process_dead(process: u8, pod_uid: u8, pod: Option<PodStatus>) -> bool {
+    pod.is_some_and(|pod| {
+        pod.uid == pod_uid
+            && (pod.container > process || (pod.container == process && pod.terminated))
+    })
+}
+
+/// A candidate's Pod as the API server stores it: its last status, and whether the object still
+/// exists (deleted, it keeps the UID the next Pod of its name counts from).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct StoredPod {
+    /// The Pod's UID and the kubelet's last report on it.
+    pub status: PodStatus,
+    /// Whether it was deleted (and not recreated since).
+    pub deleted: bool,
+}
+
+impl StoredPod {
+    /// The Pod as a list or a watch shows it: `None` while none of that name exists.
+    #[must_use]
+    pub const fn live(&self) -> Option<PodStatus> {
+        if self.deleted {
+            None
+        } else {
+            Some(self.status)
+        }
+    }
 }
 
 /// The API server: one Lease and one LeaseCandidate slot per candidate.
@@ -194,7 +230,7 @@ pub struct Server {
     /// Each candidate's LeaseCandidate; `None` until it registers.
     pub candidates: Vec<Option<StoredCandidate>>,
     /// Each candidate's Pod, as the kubelet last reported it.
-    pub pods: Vec<PodStatus>,
+    pub pods: Vec<StoredPod>,
     /// The controller's own Lease (with two or more replicas); `None` until a replica creates it.
     pub own_lease: Option<OwnLease>,
 }
@@ -377,8 +413,14 @@ pub struct Controller {
     /// renewed): how many times in a row, and until when (`index.rs` `Renewals::sit_out`).
     pub sitting_out: Vec<Option<(u32, Time)>>,
     /// The cached Pods (`pods.rs`: its own watch, delivered late and apart from the
-    /// LeaseCandidates').
-    pub pods: Vec<PodStatus>,
+    /// LeaseCandidates'); `None`: none of that name.
+    pub pods: Vec<Option<PodStatus>>,
+    /// Per candidate, the last state of its Pod whose deletion this controller's watch delivered
+    /// (`pods.rs` `Tombstones`, by UID; kept longer than any run).
+    pub tombstones: Vec<Option<PodStatus>>,
+    /// Per candidate, the deletion of its Pod not yet delivered by this controller's Pod watch:
+    /// the Pod as stored when deleted (what the DELETED event carries).
+    pub pod_deletions: Vec<Option<PodStatus>>,
     /// The holder the kubelet reported dead (`pods.rs` `Reported`), if any.
     pub reported: Option<Reported>,
     /// Until when the holder of the Lease, deleted while held, may still lead by this
@@ -387,6 +429,34 @@ pub struct Controller {
     /// The Lease as stored when it was last deleted, until this controller's watch delivers the
     /// deletion (what its DELETED event carries) or a relist passes it over.
     pub deletion: Option<StoredLease>,
+    /// Until when a Lease missing from this process's first list, and not seen since, counts as
+    /// possibly held (`index.rs` `Renewals::first_listed`, `held_after_deletion`): set by a
+    /// restart, which forgets everything; `None` at the model's start (no Lease existed before).
+    pub unseen_held_until: Option<Time>,
+    /// Whether this controller's latest Lease watch event is the Lease's deletion
+    /// (`own_writes.rs` `deleted_by_watch`).
+    pub deleted_by_watch: bool,
+    /// Whether a read after a write conflict found the Lease deleted ahead of the watch
+    /// (`own_writes.rs` `Known::Deleted`): no step runs until the watch delivers a Lease event.
+    pub deleted_ahead: bool,
+    /// A step's write refused as a conflict whose re-read is still to come, with the attempts
+    /// left (split from the write with [`crate::timing::Bounds::lease_deletions`] only, so that
+    /// the Lease may be deleted, and the deletion watched, in between).
+    pub rereading: Option<u8>,
+}
+
+impl Controller {
+    /// `pods.rs` `PodLiveness::report`: what this controller knows of the Pod of UID `uid` that a
+    /// LeaseCandidate names: the cached Pod of that name when it is that Pod, else the Pod's last
+    /// state when its deletion was watched, else the cached Pod of that name (another Pod).
+    #[must_use]
+    pub fn pod_report(&self, slot: usize, uid: u8) -> Option<PodStatus> {
+        let cached = self.pods[slot];
+        cached
+            .filter(|pod| pod.uid == uid)
+            .or_else(|| self.tombstones[slot].filter(|pod| pod.uid == uid))
+            .or(cached)
+    }
 }
 
 /// A holder reported dead (`pods.rs` `Reported`): pinged when first seen, declared dead
@@ -454,6 +524,8 @@ pub struct Candidate {
     /// When this start of the process began, by its own clock (the node's; only with pod
     /// liveness, for the kubelet's `startedAt`).
     pub started_at: Time,
+    /// The UID of the Pod this start of the process runs in ([`PodStatus::uid`]).
+    pub pod: u8,
 }
 
 impl Candidate {
@@ -521,6 +593,8 @@ pub struct State {
     pub candidate_deletions: u8,
     /// Lease deletions so far.
     pub lease_deletions: u8,
+    /// Pod deletions so far.
+    pub pod_deletions: u8,
     /// Per candidate, the pings written to its LeaseCandidate after faults stopped and since it
     /// last wrote it (counted with [`crate::timing::Bounds::candidate_deletions`] only, up to
     /// one more than [`crate::model::MAX_UNANSWERED_PINGS`]).
@@ -546,13 +620,17 @@ fn relabel(version: u8, current: Option<u8>) -> u8 {
 
 impl State {
     /// Relabels resourceVersions so that states differing only in how many writes led to them
-    /// are one state: every stored object is at [`CURRENT`], every copy of an older version at
+    /// are one state (and forgets a restart's hold once it has ended): every stored object is at [`CURRENT`], every copy of an older version at
     /// [`STALE`]. Only equality with the stored version is ever compared (a precondition, a
     /// watch that has something to deliver), and an older version never becomes current again,
     /// so no behaviour is lost.
     pub fn canonicalize(&mut self) {
         let lease = self.server.lease.map(|l| l.resource_version);
+        let now = self.now;
         for controller in &mut self.controllers {
+            // A hold that has ended never counts again (time only moves on).
+            controller.unseen_held_until =
+                controller.unseen_held_until.filter(|until| *until > now);
             for cached in [&mut controller.lease, &mut controller.delivered]
                 .into_iter()
                 .flatten()
@@ -636,17 +714,23 @@ impl core::fmt::Display for State {
                 if c.process > 0 {
                     write!(f, " process=#{}", c.process)?;
                 }
+                if c.pod > 0 {
+                    write!(f, " pod={}", c.pod)?;
+                }
                 write!(f, "]")?;
             }
-            if let Some(pod) = self
+            if let Some(stored) = self
                 .server
                 .pods
                 .get(id)
-                .filter(|p| **p != PodStatus::default())
+                .filter(|p| **p != StoredPod::default())
             {
+                let pod = stored.status;
                 write!(
                     f,
-                    "[pod #{}{} at {}]",
+                    "[pod uid={}{} #{}{} at {}]",
+                    pod.uid,
+                    if stored.deleted { " deleted" } else { "" },
                     pod.container,
                     if pod.terminated {
                         " terminated"

@@ -1,7 +1,8 @@
 //! Runs one model check and prints the states explored, the depth and the time:
 //! `model-check [candidates] [faults_until] [max_crashes] [controller_restarts] [max_clock_skew]
 //! [task_stop_within] [timeout_seconds] [renew_deadline] [max_cut_offs] [cut_off_heals]
-//! [pod_liveness] [restarts] [candidate_deletions] [lease_deletions] [replicas]`, each
+//! [pod_liveness] [restarts] [candidate_deletions] [lease_deletions] [replicas]
+//! [pod_deletions]`, each
 //! defaulting to the bounded check's (one controller replica: with two or more,
 //! `controller_restarts` counts replica crashes). Every property is reported, with the trace of each that
 //! fails; the exit status is 1 when one fails. `MODEL_THREADS` sets the checker's threads (2).
@@ -38,6 +39,7 @@ fn main() {
         candidate_deletions: arg(&args, 12, Bounds::BOUNDED.candidate_deletions),
         lease_deletions: arg(&args, 13, Bounds::BOUNDED.lease_deletions),
         replicas: arg(&args, 14, Bounds::BOUNDED.replicas),
+        pod_deletions: arg(&args, 15, Bounds::BOUNDED.pod_deletions),
     };
     let timing = Timing {
         max_clock_skew: arg(&args, 4, Timing::BOUNDED.max_clock_skew),
