@@ -1,12 +1,14 @@
 //! Crash failover on a real node, side by side in one run: SIGKILL of the leading container,
 //! then the time until the next leader is written into the Lease, for
 //!
-//! - Conclave (the chart, `controller.mode=all`) with pod liveness (the default), and the same
-//!   with the leader OOM-killed instead (its container's memory cgroup filled, the kernel's OOM
-//!   killer ends it, the kubelet reports `OOMKilled`),
+//! - Conclave (the chart with its defaults: it takes over from kube-apiserver's built-in
+//!   controller and elects the component and kube-scheduler v1.37.2) with pod liveness (the
+//!   default), and the same with the leader OOM-killed instead (its container's memory cgroup
+//!   filled, the kernel's OOM killer ends it, the kubelet reports `OOMKilled`),
 //! - Conclave with `controller.podLiveness=off` (failover at the Lease's expiry),
 //! - kube-apiserver's built-in controller (the chart uninstalled, its `CoordinatedLeaderElection`
-//!   gate on), electing the same component and kube-scheduler v1.37.2 pods.
+//!   gate on), electing the same component and kube-scheduler pods; and the time from
+//!   `helm uninstall` until it leads again (the take-over handed back).
 //!
 //! The component is `deploy/examples/component.yaml` (`conclave candidate`, 15 s Lease, 10 s renew
 //! deadline, 2 s retry period) scaled to 5 replicas, fresh for each setting so that the kubelet's
@@ -24,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use conclave_deploy_tests::image::locate_image;
 use conclave_deploy_tests::workloads::{
-    COMPONENT, COMPONENT_NAMESPACE, SCHEDULER, SCHEDULER_LEASE, SCHEDULER_NAMESPACE,
-    component_manifest, install_chart_on_one_node, is_identity_of, load_image, look_at_election,
-    rolled_out, scheduler_manifest,
+    BUILTIN_CONTROLLER_LEASE, COMPONENT, COMPONENT_NAMESPACE, SCHEDULER, SCHEDULER_LEASE,
+    SCHEDULER_NAMESPACE, component_manifest, install_chart_on_one_node, is_identity_of, load_image,
+    look_at_election, rolled_out, scheduler_manifest,
 };
 use conclave_deploy_tests::{
     FULL_NAME, RELEASE_NAMESPACE, chart_path, locate_helm, locate_kubectl, run,
@@ -97,7 +99,6 @@ async fn main() -> BenchResult<()> {
 
     load_image(&image, &node, &image.reference)?;
     let scheduler_image = node.import_kube_scheduler()?;
-    let builtin = plane.hold_builtin_controller_lease().await?;
     let chart = chart_path().to_string_lossy().into_owned();
     let helm_run = |args: &[&str]| -> BenchResult<()> {
         let mut all = args.to_vec();
@@ -117,9 +118,20 @@ async fn main() -> BenchResult<()> {
     let mut rows = Vec::new();
 
     fresh_component(&client, &kubectl_apply, &component).await?;
+    kubectl_apply(&scheduler_manifest(&scheduler_image)?)?;
+    rolled_out(
+        &client,
+        SCHEDULER_NAMESPACE,
+        SCHEDULER,
+        SCHEDULER_REPLICAS,
+        READY_TIMEOUT,
+    )
+    .await?;
     eprintln!("bench: Conclave, pod liveness on");
-    for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::Signal).await? {
-        rows.push(("Conclave, pod liveness on", "component", times));
+    let workloads = [&THE_COMPONENT, &KUBE_SCHEDULER];
+    let times = kill_rounds(&client, &node, &workloads, rounds, Kill::Signal).await?;
+    for (workload, times) in ["component", "kube-scheduler"].into_iter().zip(times) {
+        rows.push(("Conclave, pod liveness on", workload, times));
     }
     fresh_component(&client, &kubectl_apply, &component).await?;
     eprintln!("bench: Conclave, pod liveness on, OOM kills");
@@ -143,24 +155,16 @@ async fn main() -> BenchResult<()> {
     }
 
     helm_run(&["uninstall", FULL_NAME, "--wait"])?;
-    builtin.release().await?;
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let uninstalled = Instant::now();
+    let deadline = uninstalled + READY_TIMEOUT;
     while !plane.builtin_controller_leading().await? {
         if Instant::now() > deadline {
             return Err("kube-apiserver's built-in controller did not start leading".into());
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(LOOK_EVERY).await;
     }
+    let resumed = uninstalled.elapsed();
     fresh_component(&client, &kubectl_apply, &component).await?;
-    kubectl_apply(&scheduler_manifest(&scheduler_image)?)?;
-    rolled_out(
-        &client,
-        SCHEDULER_NAMESPACE,
-        SCHEDULER,
-        SCHEDULER_REPLICAS,
-        READY_TIMEOUT,
-    )
-    .await?;
     eprintln!("bench: kube-apiserver's built-in controller");
     let workloads = [&THE_COMPONENT, &KUBE_SCHEDULER];
     let times = kill_rounds(&client, &node, &workloads, rounds, Kill::Signal).await?;
@@ -168,6 +172,13 @@ async fn main() -> BenchResult<()> {
         rows.push(("built-in controller", workload, times));
     }
 
+    println!();
+    println!(
+        "helm uninstall returned -> kube-apiserver's built-in controller leading again: {:.2} s \
+         (its Lease {} s, as the control plane runs it)",
+        resumed.as_secs_f64(),
+        builtin_lease_seconds(&client).await?
+    );
     println!();
     println!(
         "SIGKILL (or OOM kill) of the leader's container -> next leader written ({rounds} rounds \
@@ -192,6 +203,17 @@ async fn main() -> BenchResult<()> {
         );
     }
     Ok(())
+}
+
+/// The built-in controller's lease duration, as the leading kube-apiserver wrote it.
+async fn builtin_lease_seconds(client: &Client) -> BenchResult<i32> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    let lease = leases.get(BUILTIN_CONTROLLER_LEASE).await?;
+    Ok(lease
+        .spec
+        .and_then(|s| s.lease_duration_seconds)
+        .ok_or("the built-in's Lease has no duration")?)
 }
 
 /// `--rounds N` from the command line (cargo bench adds `--bench`, which is ignored).

@@ -1,5 +1,5 @@
 //! The split-brain soak on a real node (issue 32): `conclave candidate` Pods under the kubelet,
-//! elected by the chart's controller (`controller.mode=all`, pod liveness on), while the driver
+//! elected by the chart's controller (its defaults: take-over, pod liveness on), while the driver
 //! SIGKILLs containers through containerd (the kubelet restarts them), deletes Pods (SIGTERM),
 //! starts better candidates (pre-emption) and kills the active controller's container; the
 //! checker reads every process's output from the container logs (see
@@ -37,7 +37,6 @@ async fn main() -> BenchResult<()> {
         .ok_or("no node: run as root after tests/kube/build.sh")?;
     let client = plane.client().await?;
     load_image(&image, &node, &image.reference)?;
-    let _builtin = plane.hold_builtin_controller_lease().await?;
     install_chart_on_one_node(&helm, &plane, &image.reference, &[])?;
     rolled_out(
         &client,

@@ -102,8 +102,8 @@ pub fn is_identity_of(identity: &str, pod: &str) -> bool {
 }
 
 /// The `helm install` flags that run the chart on the test's one node with `image` (a
-/// `REPOSITORY:TAG` imported into the node, never pulled), electing every Lease
-/// (`controller.mode=all`, for a control plane whose built-in controller is held passive).
+/// `REPOSITORY:TAG` imported into the node, never pulled). The chart's defaults otherwise: it
+/// takes over from kube-apiserver's built-in controller and elects every Lease.
 pub fn one_node_chart_flags(image: &str) -> Result<Vec<String>, Error> {
     let (repository, tag) = image
         .rsplit_once(':')
@@ -114,7 +114,6 @@ pub fn one_node_chart_flags(image: &str) -> Result<Vec<String>, Error> {
         "image.pullPolicy=Never".into(),
         // One node: the default (hard) anti-affinity would leave the second replica Pending.
         "podAntiAffinity=soft".into(),
-        "controller.mode=all".into(),
     ]
     .into_iter()
     .flat_map(|value| ["--set".to_owned(), value])
@@ -236,4 +235,127 @@ pub fn load_image(image: &Image, node: &Node, reference: &str) -> Result<(), Err
     }
     node.import_image(Path::new(&archive_path))?;
     Ok(())
+}
+
+/// The field manager of `conclave run`'s writes (`conclave_controller::writer::FIELD_MANAGER`),
+/// as `metadata.managedFields` names it.
+pub const CONCLAVE_FIELD_MANAGER: &str = "conclave";
+
+/// Who wrote `lease`'s current holder: the manager that owns `spec.holderIdentity` in its
+/// `metadata.managedFields`, when a holder is set. A candidate's renewal leaves the field
+/// unchanged and so its owner too: the owner is the controller that elected the holder (Conclave
+/// or kube-apiserver's built-in controller).
+pub fn holder_writer(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|holder| !holder.is_empty())?;
+    lease
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .and_then(|fields| fields.0.pointer("/f:spec/f:holderIdentity"))
+                .is_some()
+        })
+        .map(|entry| entry.manager.clone().unwrap_or_default())
+}
+
+/// Every Lease with `spec.strategy: OldestEmulationVersion` (the built-in controller's, when it
+/// elects) and who wrote its holder ([`holder_writer`]), as `namespace/name` and manager.
+pub async fn oldest_emulation_version_writers(
+    client: &Client,
+) -> Result<Vec<(String, Option<String>)>, kube::Error> {
+    let leases: Api<Lease> = Api::all(client.clone());
+    Ok(leases
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|lease| {
+            lease.spec.as_ref().and_then(|s| s.strategy.as_deref())
+                == Some("OldestEmulationVersion")
+        })
+        .map(|lease| {
+            let name = format!(
+                "{}/{}",
+                lease.metadata.namespace.as_deref().unwrap_or_default(),
+                lease.metadata.name.as_deref().unwrap_or_default()
+            );
+            (name, holder_writer(&lease))
+        })
+        .collect())
+}
+
+/// The Lease kube-apiservers elect the one that runs the built-in election controller through
+/// (`kube-system/leader-election-controller`); the chart's take-over holds it.
+pub const BUILTIN_CONTROLLER_LEASE: &str = "leader-election-controller";
+
+/// The holder of [`BUILTIN_CONTROLLER_LEASE`] and when it acquired it, if one holds.
+pub async fn builtin_controller_holder(
+    client: &Client,
+) -> Result<Option<(String, jiff::Timestamp)>, kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    Ok(leases
+        .get_opt(BUILTIN_CONTROLLER_LEASE)
+        .await?
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| {
+            let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+            let acquired = spec.acquire_time.map(|t| t.0).unwrap_or_default();
+            Some((holder, acquired))
+        }))
+}
+
+/// Waits until a Conclave replica holds [`BUILTIN_CONTROLLER_LEASE`] (the chart's take-over,
+/// identity `conclave/<namespace>/<replica>`) and returns its identity and acquire time.
+pub async fn wait_taken_over(
+    client: &Client,
+    timeout: Duration,
+) -> Result<(String, jiff::Timestamp), conclave_testkit::Error> {
+    wait_for(
+        "a Conclave replica holding the built-in's Lease",
+        timeout,
+        || async {
+            Ok(builtin_controller_holder(client)
+                .await?
+                .filter(|(holder, _)| holder.starts_with("conclave/")))
+        },
+    )
+    .await
+}
+
+/// One change of who holds an `OldestEmulationVersion` Lease or who wrote that holder.
+#[derive(Clone, Debug)]
+pub struct HolderWrite {
+    /// When it was seen, on the wall clock.
+    pub seen: jiff::Timestamp,
+    /// The Lease, `namespace/name`.
+    pub lease: String,
+    /// The manager that owns `spec.holderIdentity` ([`holder_writer`]), `None` with no holder.
+    pub writer: Option<String>,
+}
+
+/// Folds one look at [`oldest_emulation_version_writers`] into `log`: a [`HolderWrite`] for each
+/// Lease whose writer changed since the last look (or that is new).
+pub fn record_holder_writes(
+    log: &mut Vec<HolderWrite>,
+    seen: jiff::Timestamp,
+    look: Vec<(String, Option<String>)>,
+) {
+    for (lease, writer) in look {
+        let last = log.iter().rev().find(|w| w.lease == lease);
+        if last.is_none_or(|w| w.writer != writer) {
+            log.push(HolderWrite {
+                seen,
+                lease,
+                writer,
+            });
+        }
+    }
 }

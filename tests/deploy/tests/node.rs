@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use conclave_deploy_tests::image::{NONROOT, locate_image};
 use conclave_deploy_tests::soak;
 use conclave_deploy_tests::workloads::{
-    self, COMPONENT, COMPONENT_NAMESPACE, ElectionLook, SCHEDULER, SCHEDULER_LEASE,
-    SCHEDULER_NAMESPACE, SCHEDULER_PROFILE, component_manifest, is_identity_of, load_image,
-    rolled_out, scheduler_manifest,
+    self, COMPONENT, COMPONENT_NAMESPACE, CONCLAVE_FIELD_MANAGER, ElectionLook, HolderWrite,
+    SCHEDULER, SCHEDULER_LEASE, SCHEDULER_NAMESPACE, SCHEDULER_PROFILE, component_manifest,
+    is_identity_of, load_image, oldest_emulation_version_writers, record_holder_writes, rolled_out,
+    scheduler_manifest, wait_taken_over,
 };
 use conclave_deploy_tests::{
     FULL_NAME, HA_LEASE, RELEASE_NAMESPACE, chart_path, locate_conclave, locate_helm,
@@ -205,6 +206,27 @@ fn holder_log(kubeconfig: &Path) -> Observer<HolderLog> {
         },
     )
     .expect("starting the holder log")
+}
+
+/// Looks every [`DRILL_POLL`] at who wrote the holder of each `OldestEmulationVersion` Lease in
+/// the cluster (`metadata.managedFields`), until dropped: each change, in order.
+fn holder_writes_log(kubeconfig: &Path) -> Observer<Vec<HolderWrite>> {
+    Observer::start(
+        kubeconfig.to_owned(),
+        DRILL_POLL,
+        LOOK_TIMEOUT,
+        Vec::new(),
+        |client| async move {
+            let seen = jiff::Timestamp::now();
+            Ok((seen, oldest_emulation_version_writers(&client).await?))
+        },
+        |log: &mut Vec<HolderWrite>, answer| {
+            if let Ok((seen, look)) = answer {
+                record_holder_writes(log, seen, look);
+            }
+        },
+    )
+    .expect("starting the holder writers' log")
 }
 
 /// Registers two live candidates of `conclave.dev/priority` for one Lease, `low` (priority 10,
@@ -604,10 +626,16 @@ async fn settled_component_leader(client: &Client) -> String {
 /// The Pod of the component replica leading as `leader`, and its container's ID as the kubelet
 /// reports it (`containerd://…`).
 async fn leading_container(pods: &Api<Pod>, leader: &str) -> (String, String) {
+    leading_container_of(pods, COMPONENT, leader).await
+}
+
+/// The Pod of the replica of the app labelled `app` (`app.kubernetes.io/name`) leading as
+/// `leader`, and its container's ID as the kubelet reports it.
+async fn leading_container_of(pods: &Api<Pod>, app: &str, leader: &str) -> (String, String) {
     let listed = pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={app}")))
         .await
-        .expect("the component's pods");
+        .expect("the app's pods");
     listed
         .items
         .into_iter()
@@ -721,14 +749,6 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         return;
     };
 
-    // Conclave elects every Lease here, the components' OldestEmulationVersion ones too: the
-    // built-in controller is held passive (as in a cluster without the feature gate) and the
-    // chart runs with `controller.mode=all`.
-    let _builtin = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("holding the built-in controller passive");
-
     // No registry: the image goes from the podman store into containerd, as `cluster.sh load`.
     load_image(&image, &node, &image.reference).expect("loading the image into the node");
 
@@ -744,23 +764,33 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let chart = chart_path().to_string_lossy().into_owned();
     let wasm = format!("plugins.configMap.items[0].wasm={wasm_base64}");
     let sha256 = format!("plugins.configMap.items[0].sha256={wasm_sha256}");
-    helm_install_on_one_node(
-        &helm,
-        &plane,
-        &image.reference,
-        &[
-            "--set",
-            "plugins.source=configMap",
-            "--set",
-            "plugins.configMap.items[0].name=priority",
-            "--set-string",
-            &wasm,
-            "--set",
-            &sha256,
-        ],
-    );
+    let install_values = [
+        "--set",
+        "plugins.source=configMap",
+        "--set",
+        "plugins.configMap.items[0].name=priority",
+        "--set-string",
+        &wasm,
+        "--set",
+        &sha256,
+    ];
+    helm_install_on_one_node(&helm, &plane, &image.reference, &install_values);
 
+    // Conclave elects every Lease here, the components' OldestEmulationVersion ones too: the
+    // chart's defaults (`controller.mode=auto`, `controller.takeOver=on`) take over from
+    // kube-apiserver's built-in controller. Every holder of such a Lease from now on is written
+    // by Conclave (its field manager owns `spec.holderIdentity`), through the controller's
+    // fail-overs, its rolling update and the components' drills below.
+    let installed = Instant::now();
+    let writes = holder_writes_log(plane.kubeconfig_path());
     let client = plane.client().await.expect("client");
+    let (taken_by, _) = wait_taken_over(&client, READY_TIMEOUT)
+        .await
+        .expect("the chart's take-over");
+    eprintln!(
+        "take-over: {taken_by} holds the built-in controller's Lease {:.1} s after helm install",
+        installed.elapsed().as_secs_f64()
+    );
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     wait_deployment_ready(&client).await;
     let (active, standby) = one_active_one_standby(&pods).await;
@@ -1331,7 +1361,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
 
     // kube-scheduler v1.37 as pods (its image FROM scratch, the control plane's own binary) with
     // the CoordinatedLeaderElection gate: its replicas only announce themselves, and the chart's
-    // controller (the built-in one is held passive) writes one of them into the Lease. The
+    // controller (which took over from the built-in one) writes one of them into the Lease. The
     // elected one schedules.
     let scheduler_image = node
         .import_kube_scheduler()
@@ -1435,6 +1465,153 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         controller.name, bound
     );
     print_pods_wide(&kubectl, plane.kubeconfig_path());
+
+    // Everything above was elected by Conclave alone: since the install, every holder of an
+    // OldestEmulationVersion Lease was written by Conclave's field manager.
+    let conclave_phase = writes.state();
+    let foreign: Vec<&HolderWrite> = conclave_phase
+        .iter()
+        .filter(|w| {
+            w.writer
+                .as_deref()
+                .is_some_and(|m| m != CONCLAVE_FIELD_MANAGER)
+        })
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "holders written by another controller while Conclave had taken over: {foreign:#?}"
+    );
+    assert!(
+        conclave_phase
+            .iter()
+            .any(|w| w.lease == format!("{SCHEDULER_NAMESPACE}/{SCHEDULER_LEASE}")),
+        "the writers' log never saw kube-scheduler's Lease: {conclave_phase:#?}"
+    );
+
+    // `helm uninstall` hands the control plane's Leases back: no replica renews the built-in's
+    // Lease (none releases it either), it expires, a kube-apiserver takes it and its built-in
+    // controller elects again: kube-scheduler's next leader, after a SIGKILL of the current one,
+    // is written by it.
+    let scheduler_pods: Api<Pod> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
+    run(
+        &helm,
+        &[
+            "uninstall",
+            FULL_NAME,
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--wait",
+        ],
+        None,
+    )
+    .expect("running helm uninstall")
+    .assert_success();
+    let uninstalled = Instant::now();
+    wait_for(
+        "the built-in controller leading again",
+        READY_TIMEOUT,
+        || {
+            let plane = &plane;
+            async move { Ok(plane.builtin_controller_leading().await?.then_some(())) }
+        },
+    )
+    .await
+    .expect("kube-apiserver's built-in controller resumed");
+    let resumed = uninstalled.elapsed();
+    let builtin_phase_from = jiff::Timestamp::now();
+    // kube-scheduler's leader once it is not `killed` and `writer` accepts who wrote it.
+    let scheduler_leader = |killed: Option<String>, writer: fn(Option<&str>) -> bool| {
+        let client = client.clone();
+        async move {
+            wait_for("kube-scheduler's next leader", ELECTION_TIMEOUT, || async {
+                let leases: Api<Lease> = Api::namespaced(client.clone(), SCHEDULER_NAMESPACE);
+                let lease = leases.get(SCHEDULER_LEASE).await?;
+                let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                let written_by = workloads::holder_writer(&lease);
+                Ok(holder
+                    .filter(|h| {
+                        !h.is_empty() && killed.as_ref() != Some(h) && writer(written_by.as_deref())
+                    })
+                    .map(|h| (h, written_by)))
+            })
+            .await
+        }
+    };
+    let (holder, _) = scheduler_leader(None, |_| true)
+        .await
+        .expect("a kube-scheduler leader");
+    let (_, container) = leading_container_of(&scheduler_pods, SCHEDULER, &holder).await;
+    let killed_at = Instant::now();
+    node.kill_container(&container)
+        .expect("killing kube-scheduler's leader");
+    let (next, builtin_writer) = scheduler_leader(Some(holder.clone()), |w| {
+        w.is_some_and(|m| m != CONCLAVE_FIELD_MANAGER)
+    })
+    .await
+    .expect("kube-scheduler's next leader, written by the built-in controller");
+    eprintln!(
+        "uninstall: the built-in controller led again {:.1} s after helm uninstall returned; it \
+         wrote kube-scheduler's next leader {next} (field manager {builtin_writer:?}) {:.1} s after \
+         a SIGKILL of {holder}",
+        resumed.as_secs_f64(),
+        killed_at.elapsed().as_secs_f64()
+    );
+
+    // Installed again, the chart takes over again. The replaced kube-apiserver may run its
+    // controller until its renew deadline and release have passed, so Conclave writes a holder
+    // only from three of its lease durations after the take-over, and the built-in writes none
+    // after that: SIGKILL of kube-scheduler's leader at once, its next leader written by Conclave.
+    let builtin_duration = {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let lease = leases
+            .get(workloads::BUILTIN_CONTROLLER_LEASE)
+            .await
+            .expect("the built-in's Lease");
+        i64::from(
+            lease
+                .spec
+                .and_then(|s| s.lease_duration_seconds)
+                .expect("the apiserver's lease duration"),
+        )
+    };
+    helm_install_on_one_node(&helm, &plane, &image.reference, &install_values);
+    let (taken_by, acquired) = wait_taken_over(&client, READY_TIMEOUT)
+        .await
+        .expect("the take-over after the re-install");
+    let (_, container) = leading_container_of(&scheduler_pods, SCHEDULER, &next).await;
+    let killed_at = Instant::now();
+    node.kill_container(&container)
+        .expect("killing kube-scheduler's leader");
+    let (elected, _) = scheduler_leader(Some(next.clone()), |w| w == Some(CONCLAVE_FIELD_MANAGER))
+        .await
+        .expect("kube-scheduler's next leader, written by Conclave");
+    let all_writes = writes.state();
+    drop(writes);
+    let conclave_from = acquired + jiff::SignedDuration::from_secs(3 * builtin_duration);
+    for write in all_writes.iter().filter(|w| w.seen >= builtin_phase_from) {
+        match write.writer.as_deref() {
+            Some(CONCLAVE_FIELD_MANAGER) => assert!(
+                write.seen >= conclave_from,
+                "Conclave wrote a holder at {} after taking over at {acquired}, before the \
+                 replaced controller had surely stopped ({conclave_from}): {all_writes:#?}",
+                write.seen
+            ),
+            Some(_) => assert!(
+                write.seen < conclave_from,
+                "the built-in controller wrote a holder at {}, after Conclave had taken over at \
+                 {acquired}: {all_writes:#?}",
+                write.seen
+            ),
+            None => {}
+        }
+    }
+    eprintln!(
+        "re-install: {taken_by} took over at {acquired}; kube-scheduler's next leader {elected} \
+         written by Conclave {:.1} s after a SIGKILL of {next}",
+        killed_at.elapsed().as_secs_f64()
+    );
 }
 
 /// Guard for the README's quick-start cluster: stops it and removes its directory when dropped.
@@ -1697,10 +1874,6 @@ async fn a_strategy_plugin_pushed_to_a_registry_loads_live_and_elects_on_a_real_
     let Some(registry) = Registry::start_on(node.ip()).await.expect("registry") else {
         return;
     };
-    let _builtin = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("holding the built-in controller passive");
     load_image(&image, &node, &image.reference).expect("loading the image into the node");
 
     let kubeconfig = plane.kubeconfig_path();
@@ -1901,10 +2074,6 @@ async fn a_short_soak_of_kills_and_hand_offs_on_a_real_node_never_has_two_leader
     let Some(node) = Node::start(&plane).await.expect("node") else {
         return;
     };
-    let _builtin = plane
-        .hold_builtin_controller_lease()
-        .await
-        .expect("holding the built-in controller passive");
     load_image(&image, &node, &image.reference).expect("loading the image into the node");
     helm_install_on_one_node(&helm, &plane, &image.reference, &[]);
     let client = plane.client().await.expect("client");
