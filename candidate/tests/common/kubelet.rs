@@ -11,7 +11,7 @@
 //!   hierarchy, as root), each process starts in a cgroup named after a fresh 64-hex-digit ID,
 //!   `/sys/fs/cgroup/freezer/conclave-kubelet-<pid>/<id>`, which the candidate reads from
 //!   `/proc/self/cgroup` as it reads containerd's. Elsewhere no ID is recorded and only a
-//!   restart or the Pod's deletion proves a death (`conclave_core::pod::process_dead`).
+//!   restart proves a death, not a Pod's deletion (`conclave_core::pod::process_dead`).
 //! - **The reports**, written to `status` only after the process was SIGKILLed and reaped (the
 //!   kubelet reports a termination only after the runtime saw the init process exit): the
 //!   container terminated (exit 137); then restarted in the same Pod (a new ID, `restartCount`
@@ -213,6 +213,20 @@ impl Kubelet {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => panic!("kubelet: delete Pod {}: {e}", slot.name),
+        }
+    }
+
+    /// Force-deletes Pod `slot` (`kubectl delete pod --force --grace-period=0`): the object goes
+    /// at once, with no report of its container, whose process may run on.
+    pub async fn force_delete_pod(&self, slot: &PodSlot) {
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        match self.pods.delete(&slot.name, &force).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => panic!("kubelet: force-delete Pod {}: {e}", slot.name),
         }
     }
 

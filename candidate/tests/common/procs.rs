@@ -11,8 +11,8 @@
 use super::kubelet::PodEnv;
 use super::{Backend, Server};
 use conclave_emulator::{Failure, Verb};
-use conclave_testkit::StallTarget;
 use conclave_testkit::checker::monotonic_ns;
+use conclave_testkit::{CutProxy, StallTarget};
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -123,6 +123,8 @@ pub struct CandidateProcess {
     identity: String,
     emulation_minor: u64,
     process: Process,
+    /// The proxy it reaches the API server through, when the soak may cut it off.
+    proxy: Option<CutProxy>,
 }
 
 impl CandidateProcess {
@@ -150,6 +152,67 @@ impl CandidateProcess {
         emulation_minor: u64,
         pod: Option<&PodEnv>,
     ) -> Self {
+        let kubeconfig = server.kubeconfig().to_owned();
+        Self::spawn_with(
+            binary,
+            server,
+            &kubeconfig,
+            lease,
+            identity,
+            emulation_minor,
+            pod,
+        )
+    }
+
+    /// [`Self::spawn_in`], reaching the emulator through a [`CutProxy`] of its own, so that
+    /// [`Self::proxy`] can cut this one process off the API server while it runs on. On the real
+    /// server, as [`Self::spawn_in`].
+    pub async fn spawn_behind_proxy(
+        binary: &Path,
+        server: &Server,
+        lease: &str,
+        identity: &str,
+        emulation_minor: u64,
+        pod: Option<&PodEnv>,
+    ) -> Self {
+        let Backend::Emulator(emulator) = server.backend() else {
+            return Self::spawn_in(binary, server, lease, identity, emulation_minor, pod);
+        };
+        let proxy = CutProxy::start(emulator.addr())
+            .await
+            .expect("a port for the proxy");
+        let kubeconfig = server.scratch().join(format!("{identity}.kubeconfig"));
+        let through_proxy = emulator
+            .kubeconfig_yaml()
+            .replace(&emulator.url(), &format!("http://{}", proxy.addr()));
+        std::fs::write(&kubeconfig, through_proxy).expect("writing the process's kubeconfig");
+        let mut candidate = Self::spawn_with(
+            binary,
+            server,
+            &kubeconfig,
+            lease,
+            identity,
+            emulation_minor,
+            pod,
+        );
+        candidate.proxy = Some(proxy);
+        candidate
+    }
+
+    /// The proxy it reaches the API server through ([`Self::spawn_behind_proxy`]).
+    pub fn proxy(&self) -> Option<&CutProxy> {
+        self.proxy.as_ref()
+    }
+
+    fn spawn_with(
+        binary: &Path,
+        server: &Server,
+        kubeconfig: &Path,
+        lease: &str,
+        identity: &str,
+        emulation_minor: u64,
+        pod: Option<&PodEnv>,
+    ) -> Self {
         let output = server.scratch().join(format!("{identity}.out"));
         let mut command = match pod.and_then(|pod| pod.cgroup_procs.as_ref()) {
             Some(procs) => {
@@ -167,7 +230,7 @@ impl CandidateProcess {
         let process = Process::spawn(
             command
                 .args(["candidate", "--kubeconfig"])
-                .arg(server.kubeconfig())
+                .arg(kubeconfig)
                 .args(["--namespace", server.namespace()])
                 .args(["--lease", lease, "--identity", identity])
                 .args(["--binary-version", "1.40.0", "--emulation-version"])
@@ -181,6 +244,7 @@ impl CandidateProcess {
             identity: identity.to_owned(),
             emulation_minor,
             process,
+            proxy: None,
         }
     }
 
@@ -229,8 +293,11 @@ impl CandidateProcess {
     }
 
     /// Sends SIGTERM (it ends its term gracefully, releases, deletes its LeaseCandidate and
-    /// exits); see [`Self::exited`].
+    /// exits); see [`Self::exited`]. A cut-off process is reconnected first, so that it can.
     pub fn terminate(&mut self) {
+        if let Some(proxy) = &self.proxy {
+            proxy.heal();
+        }
         self.process.terminate();
     }
 
@@ -328,6 +395,10 @@ pub enum Fault {
     /// Requests hang for 0.5–2.5 s: on the emulator every request waits that long (latency); on
     /// the real server kube-apiserver or etcd is frozen (SIGSTOP, then SIGCONT).
     Stall,
+    /// The Lease watches deliver nothing for 1–4 s while renewals and elections go on, then the
+    /// history is forgotten and the streams end: every watcher resumes from a version older
+    /// than the kept history, gets 410 Gone and relists (issue 47, finding 2's outage).
+    WatchOutage,
 }
 
 impl Fault {
@@ -341,6 +412,7 @@ impl Fault {
                 Fault::DroppedWatches,
                 Fault::ExpiredHistory,
                 Fault::Stall,
+                Fault::WatchOutage,
             ],
             Backend::Real(_) => &[Fault::Stall],
         }
@@ -355,6 +427,7 @@ impl Fault {
             Fault::DroppedWatches => "dropped watches",
             Fault::ExpiredHistory => "expired history",
             Fault::Stall => "stall",
+            Fault::WatchOutage => "watch outage ending in 410",
         }
     }
 
@@ -386,6 +459,13 @@ impl Fault {
                         faults.set_latency(stall);
                         tokio::time::sleep(stall).await;
                         faults.set_latency(Duration::ZERO);
+                    }
+                    Fault::WatchOutage => {
+                        faults.hold_watch_events("leases");
+                        tokio::time::sleep(dice.millis(1000, 3000)).await;
+                        faults.expire_history();
+                        faults.drop_watches();
+                        faults.release_watch_events("leases");
                     }
                 }
             }

@@ -13,6 +13,12 @@
 //! instance's termination), on which the controller must not fail over. Every `HolderDead` Event
 //! must name a process that was killed.
 //!
+//! On the emulator each candidate reaches the API server through a proxy of its own, which a cut
+//! event severs for 1–6 s while the process runs on (a node cut off from the control plane);
+//! with the kubelet, half of those cut-off candidates' Pods are then force-deleted, half of
+//! these recreated under the same name. Neither is evidence of a death: the faults that found
+//! issue 47's findings, with the watch outages that end in 410 Gone ([`Fault::WatchOutage`]).
+//!
 //! Shared by tests/soak.rs (about 50 events, CI) and benches/soak.rs (`--handoffs 1000`).
 
 use super::checker::{Checker, Verdict, gap_summary, longest_gaps, seconds};
@@ -83,6 +89,8 @@ pub struct Report {
     pub follower_kills: usize,
     /// Controller replicas SIGKILLed and started again.
     pub controller_restarts: usize,
+    /// Candidates cut off from the API server while they ran on (the holder when there was one).
+    pub cut_offs: usize,
     /// Faults injected, by kind.
     pub faults: BTreeMap<Fault, usize>,
     /// What the simulated kubelet did, when it ran.
@@ -107,6 +115,10 @@ pub struct KubeletReport {
     pub restarted: usize,
     /// Pods deleted after their container was killed.
     pub pods_deleted: usize,
+    /// Pods of cut-off live candidates force-deleted (no word from the kubelet).
+    pub force_deleted: usize,
+    /// Of those, recreated at once under the same name (a new UID, no process of the old one).
+    pub recreated: usize,
     /// Of the kills, reported as `OOMKilled`.
     pub oom_killed: usize,
     /// Reports on live holders that only look bad (phase `Unknown`, an earlier instance's
@@ -159,6 +171,8 @@ struct Soak<'a> {
     pod_of: BTreeMap<String, String>,
     /// Identities of every candidate process SIGKILLed.
     killed: BTreeSet<String>,
+    /// Cut-off candidates, by identity, and when their cut ends.
+    cut: Vec<(String, Instant)>,
     report: Report,
 }
 
@@ -219,6 +233,7 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
         pods: BTreeMap::new(),
         pod_of: BTreeMap::new(),
         killed: BTreeSet::new(),
+        cut: Vec::new(),
         report: Report {
             server: server.kind(),
             config,
@@ -229,6 +244,7 @@ pub async fn run(server: &Server, binary: &Path, config: SoakConfig) -> Report {
             leader_kills: 0,
             follower_kills: 0,
             controller_restarts: 0,
+            cut_offs: 0,
             faults: BTreeMap::new(),
             kubelet: kubelet_report,
             unclean_exits: Vec::new(),
@@ -250,6 +266,7 @@ impl Soak<'_> {
         let mut last_progress = started;
         loop {
             self.restart_replicas();
+            self.heal_cuts(false);
             for n in 0..self.pools.len() {
                 self.refill(n).await;
             }
@@ -329,6 +346,7 @@ impl Soak<'_> {
                 *self.report.faults.entry(fault).or_default() += 1;
             }
             84..90 if self.kubelet.is_some() => self.trouble(holder.as_deref()).await,
+            90..97 => self.cut_off(n, holder.as_deref()).await,
             _ => calm(self.server),
         }
     }
@@ -377,17 +395,83 @@ impl Soak<'_> {
         };
         kubelet.remove_old_cgroups(&mut slot);
         let restarted = format!("{pod}-r{}", slot.restarts());
-        let candidate = CandidateProcess::spawn_in(
+        let candidate = CandidateProcess::spawn_behind_proxy(
             self.binary,
             self.server,
             &self.pools[n].lease,
             &restarted,
             minor,
             Some(&env),
-        );
+        )
+        .await;
         self.pools[n].members.push(candidate);
         self.pod_of.insert(restarted, pod.clone());
         self.pods.insert(pod, slot);
+    }
+
+    /// Cuts a candidate of pool `n` (the holder, when there is one) off the API server for 1–6 s
+    /// while its process runs on, as a node partitioned from the control plane; with the
+    /// kubelet, half the time its Pod is then force-deleted (`kubectl delete pod --force
+    /// --grace-period=0`, what people do with a Pod stuck on an unreachable node) and half of
+    /// those recreated at once under the same name (a StatefulSet's way). None of it proves the
+    /// process stopped: the controller must wait for the Lease to expire.
+    async fn cut_off(&mut self, n: usize, holder: Option<&str>) {
+        let pool = &self.pools[n];
+        let i = match pool.position(holder) {
+            Some(i) => i,
+            None if !pool.members.is_empty() => self.dice.below(pool.members.len() as u64) as usize,
+            None => return,
+        };
+        let member = &pool.members[i];
+        let Some(proxy) = member.proxy().filter(|proxy| !proxy.is_cut()) else {
+            return;
+        };
+        proxy.cut();
+        let identity = member.identity().to_owned();
+        let until = Instant::now() + self.dice.millis(1000, 5000);
+        self.cut.push((identity.clone(), until));
+        self.report.cut_offs += 1;
+        let (Some(kubelet), Some(report)) = (&self.kubelet, &mut self.report.kubelet) else {
+            return;
+        };
+        if self.dice.below(2) == 0 {
+            return;
+        }
+        let Some(pod) = self.pod_of.remove(&identity) else {
+            return;
+        };
+        let Some(slot) = self.pods.remove(&pod) else {
+            return;
+        };
+        tokio::time::sleep(self.dice.millis(0, 1000)).await;
+        kubelet.force_delete_pod(&slot).await;
+        report.force_deleted += 1;
+        if self.dice.below(2) == 0 {
+            let recreated = kubelet.create_pod(&pod).await;
+            self.pods.insert(pod, recreated);
+            report.recreated += 1;
+        }
+    }
+
+    /// Reconnects the cut-off candidates whose cut has lasted its length (every one with
+    /// `all`); those that ended meanwhile took their proxy with them.
+    fn heal_cuts(&mut self, all: bool) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cut)
+            .into_iter()
+            .partition(|(_, until)| all || *until <= now);
+        self.cut = later;
+        for (identity, _) in due {
+            let proxy = self
+                .pools
+                .iter()
+                .flat_map(|pool| &pool.members)
+                .find(|member| member.identity() == identity)
+                .and_then(CandidateProcess::proxy);
+            if let Some(proxy) = proxy {
+                proxy.heal();
+            }
+        }
     }
 
     /// Reports signs of trouble on the holder's Pod that do not prove it dead.
@@ -453,14 +537,15 @@ impl Soak<'_> {
             }
             None => None,
         };
-        let candidate = CandidateProcess::spawn_in(
+        let candidate = CandidateProcess::spawn_behind_proxy(
             self.binary,
             self.server,
             &self.pools[n].lease,
             &identity,
             minor,
             env.as_ref(),
-        );
+        )
+        .await;
         self.pools[n].members.push(candidate);
     }
 
@@ -592,6 +677,7 @@ impl Soak<'_> {
     /// killed), stops the controller, then runs the checker over every output.
     async fn finish(&mut self) {
         calm(self.server);
+        self.heal_cuts(true);
         for pool in &mut self.pools {
             for mut candidate in pool.members.drain(..) {
                 if candidate.started() {
@@ -720,6 +806,10 @@ impl fmt::Display for Report {
                 "controller restarts (SIGKILL mid-election)",
                 self.controller_restarts.to_string(),
             ),
+            (
+                "candidates cut off from the API server, running on",
+                self.cut_offs.to_string(),
+            ),
             ("faults", faults.join(", ")),
             (
                 "simulated kubelet",
@@ -729,13 +819,16 @@ impl fmt::Display for Report {
                         format!(
                             "container IDs recorded: {}; container kills reported: terminated then \
                      restarted {}, restarted {}, Pod deleted {} (OOMKilled {}); reports that only \
-                     look bad: {}; HolderDead Events {} ({} naming a live process)",
+                     look bad: {}; cut-off candidates' Pods force-deleted {} (recreated under \
+                     the name {}); HolderDead Events {} ({} naming a live process)",
                             if k.container_ids { "yes" } else { "no" },
                             k.terminated_then_restarted,
                             k.restarted,
                             k.pods_deleted,
                             k.oom_killed,
                             k.trouble_reports,
+                            k.force_deleted,
+                            k.recreated,
                             k.holder_dead_events,
                             k.wrongly_dead.len()
                         )

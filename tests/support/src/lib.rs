@@ -40,6 +40,7 @@ mod candidate;
 pub mod checker;
 mod components;
 mod control_plane;
+mod cut_proxy;
 mod differential;
 pub mod fixture_plugin;
 mod fuzz;
@@ -59,6 +60,7 @@ pub use binaries::{Binaries, KUBERNETES_VERSION, REQUIRE_ENV};
 pub use candidate::{CandidateResponder, lease_candidate};
 pub use components::{ComponentKind, KubeComponent};
 pub use control_plane::{ControlPlane, SharedControlPlane};
+pub use cut_proxy::CutProxy;
 pub use differential::{
     Case, CaseCandidate, CoordinatedNamespace, Deviation, Gap, Observed, QUIET, Report,
     STICKY_STRATEGY, SettleTracker, Verdict, classify, clear, run_batch, run_differential, settled,
