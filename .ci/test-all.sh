@@ -72,49 +72,83 @@ export CONCLAVE_REQUIRE_LANGS=1
 echo "== plugin workspace unit tests (native)"
 (cd strategies && cargo test)
 
-# The static release build and the image made of it (about 10 minutes of CPU on 2 cores) are
-# needed only by tests/deploy. They are built in the background, niced, while the other tests
-# run: those mostly wait (on Lease expiries, watches, processes), and the build takes the idle
-# cores. The deploy tests run once both are done. The build's output goes to a log shown after.
-static_log=$(mktemp)
-(nice -n 19 bash .ci/prepare-static.sh && bash .ci/prepare-image.sh) >"$static_log" 2>&1 &
-static_pid=$!
-
-echo "== workspace tests (all but tests/deploy)"
-status=0
-cargo test --workspace --exclude conclave-deploy-tests --no-fail-fast || status=$?
-
-echo "== static binary and image (built meanwhile)"
-static_status=0
-wait "$static_pid" || static_status=$?
-cat "$static_log"
-rm -f "$static_log"
-if [ "$static_status" -ne 0 ]; then
-  echo "the static binary or the image failed to build (exit $static_status)" >&2
-  exit "$static_status"
-fi
-
-echo "== deploy tests (the chart, the image, the node)"
-# Their binaries, from the workspace build above, run as cargo runs them (from the package's
-# directory): `cargo test -p conclave-deploy-tests` would resolve features for that one package
-# and compile about a hundred dependencies again.
-mapfile -t deploy_tests < <(cargo test --workspace --no-run --message-format=json 2>/dev/null \
-  | python3 -c '
+# The test binaries of the two packages whose tests are run apart from the others below, from the
+# workspace build above: `cargo test -p PACKAGE` would resolve features for that one package and
+# compile about a hundred dependencies again.
+test_binaries() {
+  cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     message = json.loads(line)
     if (message.get("reason") == "compiler-artifact" and message.get("executable")
-            and message["profile"]["test"] and "#conclave-deploy-tests@" in message["package_id"]):
+            and message["profile"]["test"] and "#" + sys.argv[1] + "@" in message["package_id"]):
         print(message["executable"])
-')
-if [ "${#deploy_tests[@]}" -eq 0 ]; then
-  echo "no test binaries of tests/deploy found" >&2
+' "$1"
+}
+mapfile -t deploy_tests < <(test_binaries conclave-deploy-tests)
+mapfile -t testkit_tests < <(test_binaries conclave-testkit)
+if [ "${#deploy_tests[@]}" -eq 0 ] || [ "${#testkit_tests[@]}" -eq 0 ]; then
+  echo "no test binaries of tests/deploy or tests/support found" >&2
   exit 1
 fi
-for test in "${deploy_tests[@]}"; do
+
+# The static release build and the image made of it (about 10 minutes of CPU on 2 cores) are
+# needed only by tests/deploy. They are built in the background, niced, while the other tests
+# run: those mostly wait (on Lease expiries, watches, processes), and the build takes the idle
+# cores. The deploy tests (the chart, the image, the node) follow in the same background lane,
+# beside the workspace tests, for the same reason. Their output goes to a log shown after.
+static_log=$(mktemp) deploy_log=$(mktemp) static_status=$(mktemp) deploy_status=$(mktemp)
+(
+  build_status=0
+  (nice -n 19 bash .ci/prepare-static.sh && bash .ci/prepare-image.sh) || build_status=$?
+  echo "$build_status" >"$static_status"
+) >"$static_log" 2>&1 &
+
+status=0
+echo "== testkit tests (before the deploy tests: both start the machine's one node)"
+# The node the testkit's tests start waits for the machine-wide node lock, but the README's
+# quick start (`cluster.sh up`, in the deploy tests) refuses to start while another node runs:
+# these run before the deploy lane starts.
+for test in "${testkit_tests[@]}"; do
   echo "     Running $test"
-  (cd tests/deploy && "$test") || status=$?
+  (cd tests/support && "$test") || status=$?
 done
+
+(
+  while [ ! -s "$static_status" ]; do sleep 2; done
+  if [ "$(cat "$static_status")" -ne 0 ]; then
+    echo "not run: the static binary or the image failed to build"
+    echo 1 >"$deploy_status"
+    exit 0
+  fi
+  lane_status=0
+  for test in "${deploy_tests[@]}"; do
+    echo "     Running $test"
+    (cd tests/deploy && "$test") || lane_status=$?
+  done
+  echo "$lane_status" >"$deploy_status"
+) >"$deploy_log" 2>&1 &
+deploy_pid=$!
+
+echo "== workspace tests (all but tests/deploy and tests/support)"
+cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit --no-fail-fast \
+  || status=$?
+
+echo "== static binary and image (built meanwhile)"
+wait "$deploy_pid" || true
+cat "$static_log"
+echo "== deploy tests (the chart, the image, the node; run meanwhile)"
+cat "$deploy_log"
+build_status=$(cat "$static_status") lane_status=$(cat "$deploy_status")
+build_status=${build_status:-1} lane_status=${lane_status:-1}
+rm -f "$static_log" "$deploy_log" "$static_status" "$deploy_status"
+if [ "$build_status" -ne 0 ]; then
+  echo "the static binary or the image failed to build (exit $build_status)" >&2
+  exit "$build_status"
+fi
+if [ "$lane_status" -ne 0 ]; then
+  status=$lane_status
+fi
 if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
