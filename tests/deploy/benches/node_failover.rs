@@ -114,26 +114,23 @@ async fn main() -> BenchResult<()> {
     install_chart_on_one_node(&helm, &plane, &image.reference, &[])?;
     rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT).await?;
 
-    let component = component_manifest(&image.reference)?;
+    let example = component_manifest(&image.reference)?;
+    let component = example.replacen("replicas: 3", &format!("replicas: {COMPONENT_REPLICAS}"), 1);
+    if component == example {
+        return Err("deploy/examples/component.yaml no longer says `replicas: 3`".into());
+    }
+    let scheduler = scheduler_manifest(&scheduler_image)?;
     let mut rows = Vec::new();
 
-    fresh_component(&client, &kubectl_apply, &component).await?;
-    kubectl_apply(&scheduler_manifest(&scheduler_image)?)?;
-    rolled_out(
-        &client,
-        SCHEDULER_NAMESPACE,
-        SCHEDULER,
-        SCHEDULER_REPLICAS,
-        READY_TIMEOUT,
-    )
-    .await?;
+    fresh(&client, &kubectl_apply, &THE_COMPONENT, &component).await?;
+    fresh(&client, &kubectl_apply, &KUBE_SCHEDULER, &scheduler).await?;
     eprintln!("bench: Conclave, pod liveness on");
     let workloads = [&THE_COMPONENT, &KUBE_SCHEDULER];
     let times = kill_rounds(&client, &node, &workloads, rounds, Kill::Signal).await?;
     for (workload, times) in ["component", "kube-scheduler"].into_iter().zip(times) {
         rows.push(("Conclave, pod liveness on", workload, times));
     }
-    fresh_component(&client, &kubectl_apply, &component).await?;
+    fresh(&client, &kubectl_apply, &THE_COMPONENT, &component).await?;
     eprintln!("bench: Conclave, pod liveness on, OOM kills");
     for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::OutOfMemory).await? {
         rows.push(("Conclave, pod liveness on", "component, OOM kill", times));
@@ -148,7 +145,7 @@ async fn main() -> BenchResult<()> {
         "controller.podLiveness=off",
     ])?;
     rolled_out(&client, RELEASE_NAMESPACE, FULL_NAME, 2, READY_TIMEOUT).await?;
-    fresh_component(&client, &kubectl_apply, &component).await?;
+    fresh(&client, &kubectl_apply, &THE_COMPONENT, &component).await?;
     eprintln!("bench: Conclave, pod liveness off");
     for times in kill_rounds(&client, &node, &[&THE_COMPONENT], rounds, Kill::Signal).await? {
         rows.push(("Conclave, pod liveness off", "component", times));
@@ -164,7 +161,8 @@ async fn main() -> BenchResult<()> {
         tokio::time::sleep(LOOK_EVERY).await;
     }
     let resumed = uninstalled.elapsed();
-    fresh_component(&client, &kubectl_apply, &component).await?;
+    fresh(&client, &kubectl_apply, &THE_COMPONENT, &component).await?;
+    fresh(&client, &kubectl_apply, &KUBE_SCHEDULER, &scheduler).await?;
     eprintln!("bench: kube-apiserver's built-in controller");
     let workloads = [&THE_COMPONENT, &KUBE_SCHEDULER];
     let times = kill_rounds(&client, &node, &workloads, rounds, Kill::Signal).await?;
@@ -249,41 +247,42 @@ fn median(sorted: &[Duration]) -> Duration {
     }
 }
 
-/// Deletes the component (if there) and applies it again with fresh pods, scaled to
-/// [`COMPONENT_REPLICAS`]: every container starts with no restart back-off.
-async fn fresh_component(
+/// Deletes `workload`'s Deployment (if there) and applies `manifest` again, with fresh pods: every
+/// container starts with no restart back-off (the kubelet's doubles with each kill of a
+/// container, up to 5 minutes).
+async fn fresh(
     client: &Client,
     apply: &impl Fn(&str) -> BenchResult<()>,
+    workload: &Workload,
     manifest: &str,
 ) -> BenchResult<()> {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
-    if deployments.get_opt(COMPONENT).await?.is_some() {
-        deployments.delete(COMPONENT, &Default::default()).await?;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
+        Api::namespaced(client.clone(), workload.namespace);
+    if deployments.get_opt(workload.deployment).await?.is_some() {
+        deployments
+            .delete(workload.deployment, &Default::default())
+            .await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), workload.namespace);
+        let labels = format!("app.kubernetes.io/name={}", workload.deployment);
         let deadline = Instant::now() + READY_TIMEOUT;
         while !pods
-            .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={COMPONENT}")))
+            .list(&ListParams::default().labels(&labels))
             .await?
             .items
             .is_empty()
         {
             if Instant::now() > deadline {
-                return Err("the old component's pods did not go".into());
+                return Err(format!("the old pods of {} did not go", workload.deployment).into());
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let scaled = manifest.replacen("replicas: 3", &format!("replicas: {COMPONENT_REPLICAS}"), 1);
-    if scaled == manifest {
-        return Err("deploy/examples/component.yaml no longer says `replicas: 3`".into());
-    }
-    apply(&scaled)?;
+    apply(manifest)?;
     rolled_out(
         client,
-        COMPONENT_NAMESPACE,
-        COMPONENT,
-        COMPONENT_REPLICAS,
+        workload.namespace,
+        workload.deployment,
+        workload.replicas,
         READY_TIMEOUT,
     )
     .await?;
