@@ -30,6 +30,10 @@
 //! anonymous or behind basic auth, for the OCI plugin tests; it skips (or fails, with
 //! `CONCLAVE_REQUIRE_REGISTRY=1`) when the binary is missing.
 //!
+//! [`CutProxy`] stands between one client and an API server and cuts that client off while it
+//! runs on (a node partitioned from the control plane). [`fixture_plugin`] is a hand-written
+//! strategy component whose `elect` runs any WebAssembly text: loops, memory bombs, traps.
+//!
 //! When the binaries are missing, `start` and `shared` return `Ok(None)` after printing why, so
 //! the calling test can return early; with `CONCLAVE_REQUIRE_KUBE=1` (set by CI) a missing binary
 //! is an error instead.
