@@ -262,6 +262,7 @@ impl Soak<'_> {
     async fn events(&mut self) {
         let client = self.server.client().await;
         let leases: Api<Lease> = Api::namespaced(client, self.server.namespace());
+        self.warm_up(&leases).await;
         let started = Instant::now();
         let mut last_progress = started;
         loop {
@@ -300,6 +301,39 @@ impl Soak<'_> {
             }
         }
         self.report.elapsed = started.elapsed();
+    }
+
+    /// Starts the controller replicas and the first candidates, and waits until every Lease has
+    /// a holder: the events churn established elections, as in a running cluster. A controller
+    /// process does not create a Lease missing from its first list before a lease duration (at
+    /// least 15 s) has passed (it may have been deleted while held just before), so replicas
+    /// restarted from the first second would keep the Leases from ever being created.
+    async fn warm_up(&mut self, leases: &Api<Lease>) {
+        let since = Instant::now();
+        self.restart_replicas();
+        for n in 0..self.pools.len() {
+            self.refill(n).await;
+        }
+        let deadline = since + Duration::from_secs(120);
+        loop {
+            let holders = holders(leases).await;
+            if self
+                .pools
+                .iter()
+                .all(|pool| holders.contains_key(&pool.lease))
+            {
+                eprintln!(
+                    "soak: every Lease elected {:.1} s after the start",
+                    since.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Leases were not all elected within 120 s of the start: {holders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// One event on a random Lease, chosen by the dice.
