@@ -516,8 +516,9 @@ fn report_skip(ctx: &Context, key: &LeaseKey, lease_obj: Option<&Lease>, reason:
         }
         SkipReason::DeletedWhileHeld { .. } => {
             tracing::info!(
-                "the Lease was deleted while held; creating it again once its holder's term \
-                 could have ended"
+                "the Lease is missing and may have been deleted while held (its deletion seen, \
+                 missing from a relist, or from this controller's first list after it started); \
+                 creating it once such a holder's term could have ended"
             );
         }
     }
