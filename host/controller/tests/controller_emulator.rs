@@ -602,7 +602,17 @@ async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_re
     emu.faults().drop_watches();
     emu.faults().release_watch_events("leases");
 
-    let recreated = wait_lease(&leases, "l", "the Lease created again", |r| {
+    assert_created_again_after_the_term(&leases, last_renewal, duration).await;
+}
+
+/// Waits until Lease `l` is created again with a holder, and asserts that it was not acquired
+/// before `a`'s term could have ended: its last renewal, at `last_renewal`, plus `duration`.
+async fn assert_created_again_after_the_term(
+    leases: &Api<Lease>,
+    last_renewal: jiff::Timestamp,
+    duration: i32,
+) {
+    let recreated = wait_lease(leases, "l", "the Lease created again", |r| {
         r.holder().is_some()
     })
     .await;
@@ -611,8 +621,9 @@ async fn a_lease_deleted_during_a_watch_outage_is_held_for_its_holders_unseen_re
     let acquired = recreated.acquire_time.expect("acquireTime");
     assert!(
         acquired >= term_end,
-        "created again at {acquired}, while a, which renewed it last at {last_renewal}, may \
-         lead until {term_end}"
+        "created again at {acquired} for {:?}, while a, which renewed it last at {last_renewal}, \
+         may lead until {term_end}",
+        recreated.holder()
     );
 }
 
@@ -648,19 +659,7 @@ async fn a_controller_started_after_a_held_lease_was_deleted_does_not_create_it_
     cfg.identity = "c2".into();
     let _second = start(client.clone(), cfg);
 
-    let recreated = wait_lease(&leases, "l", "the Lease created again", |r| {
-        r.holder().is_some()
-    })
-    .await;
-    let term_end = conclave_core::k8s::timestamp(last_renewal)
-        + Duration::from_secs(u64::try_from(duration).unwrap());
-    let acquired = recreated.acquire_time.expect("acquireTime");
-    assert!(
-        acquired >= term_end,
-        "created again at {acquired} for {:?}, while a, which renewed it last at {last_renewal}, \
-         may lead until {term_end}",
-        recreated.holder()
-    );
+    assert_created_again_after_the_term(&leases, last_renewal, duration).await;
 }
 
 /// A kube-apiserver's election of the built-in controller, as client-go runs it: it holds
