@@ -10,10 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+# shellcheck source=.ci/times.sh
+source .ci/times.sh
 
 rustup target add wasm32-wasip2 >/dev/null
+section "tests: prepare (control plane, node, helm, prometheus, registry)"
 for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-prometheus.sh .ci/prepare-registry.sh; do
-  if [ -f "$prepare" ]; then bash "$prepare"; fi
+  if [ -f "$prepare" ]; then timed "tests: $prepare" bash "$prepare"; fi
 done
 
 # Tests that need the real control plane, the node, kubectl, helm, the conclave binary or the
@@ -31,14 +34,14 @@ export CONCLAVE_REQUIRE_REGISTRY=1
 export CONCLAVE_STATIC_BINARY=$PWD/target/static/conclave
 export CONCLAVE_IMAGE=localhost/conclave:dev CONCLAVE_PODMAN_FLAGS="--storage-driver vfs --runtime runc"
 
-echo "== alerting rules (promtool)"
+section "tests: alerting rules (promtool)"
 promtool check rules deploy/prometheus/conclave-rules.yaml
 promtool test rules deploy/prometheus/conclave-rules.test.yaml
 
-echo "== strategy plugins (wasm32-wasip2)"
+section "tests: strategy plugins (wasm32-wasip2)"
 (cd strategies && cargo build --target wasm32-wasip2 --release)
 
-echo "== strategy vectors"
+section "tests: strategy vectors"
 # tests/vectors/NAME.json holds the vectors of the plugin crate strategies/NAME; each runs against
 # the component just built from that crate (beta plugins are not built in, so they are tested as
 # the .wasm files operators load with --plugins DIR).
@@ -63,13 +66,13 @@ for contract in v0.1 v0.2 v0.3; do
     --vectors tests/vectors/oldest-emulation-version.json
 done
 
-echo "== Python and JavaScript plugins (componentize-py, componentize-js from the registries)"
+section "tests: Python and JavaScript plugins (componentize-py, componentize-js from the registries)"
 # Creates one plugin per language with `conclave strategy new --lang`, builds it with the pinned
 # toolchains; host/cli/tests/languages.rs runs their vectors and elects one on the emulator.
 bash .ci/prepare-langs.sh
 export CONCLAVE_REQUIRE_LANGS=1
 
-echo "== plugin workspace unit tests (native)"
+section "tests: plugin workspace unit tests (native)"
 (cd strategies && cargo test)
 
 # The test binaries of the two packages whose tests are run apart from the others below, from the
@@ -100,18 +103,19 @@ fi
 static_log=$(mktemp) deploy_log=$(mktemp) static_status=$(mktemp) deploy_status=$(mktemp)
 (
   build_status=0
-  (nice -n 19 bash .ci/prepare-static.sh && bash .ci/prepare-image.sh) || build_status=$?
+  (timed "background: static binary (niced)" nice -n 19 bash .ci/prepare-static.sh &&
+    timed "background: image" bash .ci/prepare-image.sh) || build_status=$?
   echo "$build_status" >"$static_status"
 ) >"$static_log" 2>&1 &
 
 status=0
-echo "== testkit tests (before the deploy tests: both start the machine's one node)"
+section "tests: testkit tests (before the deploy tests: both start the machine's one node)"
 # The node the testkit's tests start waits for the machine-wide node lock, but the README's
 # quick start (`cluster.sh up`, in the deploy tests) refuses to start while another node runs:
 # these run before the deploy lane starts.
 for test in "${testkit_tests[@]}"; do
   echo "     Running $test"
-  (cd tests/support && "$test") || status=$?
+  timed "test binary: testkit $(basename "$test")" bash -c 'cd tests/support && "$1"' - "$test" || status=$?
 done
 
 (
@@ -124,20 +128,24 @@ done
   lane_status=0
   for test in "${deploy_tests[@]}"; do
     echo "     Running $test"
-    (cd tests/deploy && "$test") || lane_status=$?
+    timed "background: deploy test $(basename "$test")" bash -c 'cd tests/deploy && "$1"' - "$test" \
+      || lane_status=$?
   done
   echo "$lane_status" >"$deploy_status"
 ) >"$deploy_log" 2>&1 &
 deploy_pid=$!
 
-echo "== workspace tests (all but tests/deploy and tests/support)"
-cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit --no-fail-fast \
-  || status=$?
+section "tests: workspace tests (all but tests/deploy and tests/support)"
+workspace_log=$(mktemp)
+cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit --no-fail-fast 2>&1 \
+  | tee "$workspace_log" || status=$?
+test_binary_times "$workspace_log"
+rm -f "$workspace_log"
 
-echo "== static binary and image (built meanwhile)"
+section "tests: static binary and image (built meanwhile)"
 wait "$deploy_pid" || true
 cat "$static_log"
-echo "== deploy tests (the chart, the image, the node; run meanwhile)"
+section "tests: deploy tests (the chart, the image, the node; run meanwhile)"
 cat "$deploy_log"
 build_status=$(cat "$static_status") lane_status=$(cat "$deploy_status")
 build_status=${build_status:-1} lane_status=${lane_status:-1}
@@ -153,4 +161,5 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 
+print_times
 echo "== all tests finished in $(( $(date +%s) - started ))s"
