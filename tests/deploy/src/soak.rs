@@ -5,6 +5,14 @@
 //! restarts each killed container: its process rejoins under a new identity, with the same
 //! versions, and often pre-empts its successor.
 //!
+//! It also partitions, as a cluster's network does: a leader is cut off from the API server while
+//! its process runs on (packets to and from the `kubernetes` Service dropped inside its Pod's
+//! network namespace), and half the time its Pod is then force-deleted (what people do for a Pod
+//! stuck on an unreachable node: no word from the kubelet), half of those recreated at once under
+//! the same name (a StatefulSet's way); the active controller replica is cut off too, now and
+//! then for longer than kube-apiserver's watch cache keeps history (75 s), so that its watches
+//! end in 410 Gone and it relists.
+//!
 //! Verdict: [`conclave_testkit::checker`] reads what every process wrote, taken from the container
 //! logs the kubelet keeps under `/var/log/pods` (each file held open while its container lives,
 //! so a Pod's logs deleted with it are still read to the end), plus a `killed` line the driver
@@ -21,6 +29,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read as _;
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +38,7 @@ use conclave_testkit::Node;
 use conclave_testkit::checker::{
     Checker, Verdict, gap_summary, longest_gaps, monotonic_ns, seconds,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -55,6 +64,16 @@ const FRESH_MINORS: std::ops::Range<u64> = 30..40;
 const LOWEST_MINOR: u64 = 10;
 /// How long the end of the run waits for the Pods to go, and a kill for its process to go.
 const GONE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a cut-off leader stays cut off, in seconds (its renew deadline is 10 s).
+const CANDIDATE_CUT_SECS: std::ops::Range<u64> = 1..7;
+/// How long a cut-off controller replica stays cut off, in seconds (the standby may take over
+/// after the controller's 15 s Lease)...
+const CONTROLLER_CUT_SECS: std::ops::Range<u64> = 3..26;
+/// ...and, one cut in four, longer than kube-apiserver's watch cache keeps events (75 s), so
+/// that the replica's watches resume from a resourceVersion the server no longer has.
+const LONG_CONTROLLER_CUT_SECS: std::ops::Range<u64> = 80..91;
+/// The controller's container in the chart's Deployment.
+const CONTROLLER_CONTAINER: &str = "controller";
 
 /// The shape of a run.
 #[derive(Clone, Debug)]
@@ -95,6 +114,18 @@ pub struct NodeSoakReport {
     pub controller_kills: usize,
     /// Controller Pods deleted after two restarts (the Deployment starts a fresh one).
     pub controller_deletions: usize,
+    /// Leaders cut off from the API server while their processes ran on.
+    pub cut_offs: usize,
+    /// Cut-off leaders' Pods force-deleted (grace period 0)...
+    pub force_deletions: usize,
+    /// ...and of those, recreated at once under the same name.
+    pub recreated_same_name: usize,
+    /// The active controller replica cut off from the API server, and how many of those cuts
+    /// outlasted the watch cache's history.
+    pub controller_cut_offs: (usize, usize),
+    /// The controllers' watches that ended in 410 Gone (their logs' `watching Leases` warnings
+    /// naming an expired resourceVersion), each followed by a relist.
+    pub watches_gone: usize,
     /// Container instances read (processes).
     pub processes: usize,
     /// Candidates that restarted more often than they were killed (died on their own).
@@ -143,10 +174,15 @@ impl Dice {
     }
 }
 
+/// The candidates' logs, by (Pod name, Pod uid, restart).
+type CandidateLogs = BTreeMap<(String, String, u32), Vec<u8>>;
+
 /// One container instance's log (`<pod uid>/<restart>.log`), as read so far.
 #[derive(Default)]
 struct LogFile {
     pod: String,
+    /// Whether it is a controller replica's log (else a soak candidate's).
+    controller: bool,
     file: Option<File>,
     text: Vec<u8>,
 }
@@ -181,21 +217,29 @@ impl Collector {
         }
     }
 
-    /// Stops following and returns every log read: (Pod name, Pod uid, restart) -> bytes.
-    fn finish(mut self) -> BTreeMap<(String, String, u32), Vec<u8>> {
+    /// Stops following and returns every candidate log read, (Pod name, Pod uid, restart) ->
+    /// bytes, and the controller replicas' logs.
+    fn finish(mut self) -> (CandidateLogs, Vec<Vec<u8>>) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
         let logs = std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()));
-        logs.into_iter()
+        let (controllers, candidates): (Vec<_>, Vec<_>) =
+            logs.into_iter().partition(|(_, log)| log.controller);
+        let candidates = candidates
+            .into_iter()
             .filter_map(|(path, log)| {
                 let restart = path.file_stem()?.to_str()?.parse().ok()?;
                 let uid = path.parent()?.parent()?.file_name()?.to_str()?;
                 let uid = uid.rsplit('_').next()?.to_owned();
                 Some(((log.pod, uid, restart), log.text))
             })
-            .collect()
+            .collect();
+        (
+            candidates,
+            controllers.into_iter().map(|(_, log)| log.text).collect(),
+        )
     }
 }
 
@@ -205,21 +249,26 @@ impl Drop for Collector {
     }
 }
 
-/// One pass: opens new log files of the soak's Pods, reads what each open one gained.
+/// One pass: opens new log files of the soak's Pods and the controller's, reads what each open
+/// one gained.
 fn collect(logs: &Mutex<BTreeMap<PathBuf, LogFile>>) {
     let mut logs = logs.lock().unwrap_or_else(|e| e.into_inner());
-    let prefix = format!("{SOAK_NAMESPACE}_");
     for dir in std::fs::read_dir(POD_LOGS).into_iter().flatten().flatten() {
         let name = dir.file_name().to_string_lossy().into_owned();
         // `<namespace>_<pod>_<uid>`
-        let Some(pod) = name
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.rsplit_once('_'))
-            .map(|(pod, _)| pod.to_owned())
+        let Some((namespace, pod)) = name
+            .rsplit_once('_')
+            .and_then(|(namespace_pod, _)| namespace_pod.split_once('_'))
         else {
             continue;
         };
-        let container = dir.path().join(CONTAINER);
+        let (controller, container) = match namespace {
+            SOAK_NAMESPACE => (false, CONTAINER),
+            RELEASE_NAMESPACE => (true, CONTROLLER_CONTAINER),
+            _ => continue,
+        };
+        let pod = pod.to_owned();
+        let container = dir.path().join(container);
         for file in std::fs::read_dir(&container)
             .into_iter()
             .flatten()
@@ -233,6 +282,7 @@ fn collect(logs: &Mutex<BTreeMap<PathBuf, LogFile>>) {
                 path.clone(),
                 LogFile {
                     pod: pod.clone(),
+                    controller,
                     file: File::open(&path).ok(),
                     text: Vec::new(),
                 },
@@ -371,6 +421,24 @@ fn running_container(pod: &Pod) -> Option<(String, i32)> {
     (status.ready && status.state.as_ref()?.running.is_some()).then_some((id, status.restart_count))
 }
 
+/// The running container `name` of `pod`: its id and restart count, when it runs.
+fn running_container_named(pod: &Pod, name: &str) -> Option<(String, i32)> {
+    let status = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)?;
+    let id = status.container_id.clone()?;
+    status
+        .state
+        .as_ref()?
+        .running
+        .is_some()
+        .then_some((id, status.restart_count))
+}
+
 fn restarts(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
@@ -425,7 +493,90 @@ struct Soak<'a> {
     holder_changes: usize,
     /// Every holder seen.
     holders_seen: BTreeSet<String>,
+    /// Where Pods reach the API server: the `kubernetes` Service.
+    api_server: ServiceAddress,
+    /// Processes cut off from it, each until its heal.
+    cuts: Vec<Cut>,
+    /// Until when a controller replica is cut off (no other controller event meanwhile).
+    controller_cut_until: Option<Instant>,
     report: NodeSoakReport,
+}
+
+/// A Service's cluster IP and port.
+#[derive(Clone, Debug)]
+struct ServiceAddress {
+    ip: String,
+    port: i32,
+}
+
+/// A process whose network namespace drops its API server traffic, until `heal_at`.
+struct Cut {
+    pid: u32,
+    heal_at: Instant,
+}
+
+/// The `kubernetes` Service's address, which in-cluster clients (`KUBERNETES_SERVICE_HOST`) reach
+/// the API server at.
+async fn api_server_service(client: &Client) -> Result<ServiceAddress, Error> {
+    let service = Api::<Service>::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await?;
+    let spec = service.spec.unwrap_or_default();
+    let ip = spec.cluster_ip.unwrap_or_default();
+    let port = spec
+        .ports
+        .unwrap_or_default()
+        .first()
+        .map_or(443, |p| p.port);
+    Ok(ServiceAddress { ip, port })
+}
+
+/// Adds (`-I`) or removes (`-D`) the rules that drop, in process `pid`'s network namespace, every
+/// TCP packet to and from the API server's Service: a partition, as the process sees one (its
+/// requests and watches hang; nothing is refused).
+fn firewall(pid: u32, api_server: &ServiceAddress, operation: &str) -> Result<(), Error> {
+    let port = api_server.port.to_string();
+    for (chain, address, port_match) in [("OUTPUT", "-d", "--dport"), ("INPUT", "-s", "--sport")] {
+        let output = Command::new("nsenter")
+            .args([
+                "-t",
+                &pid.to_string(),
+                "-n",
+                "iptables",
+                "-w",
+                operation,
+                chain,
+            ])
+            .args([
+                "-p",
+                "tcp",
+                address,
+                &api_server.ip,
+                port_match,
+                &port,
+                "-j",
+                "DROP",
+            ])
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: "nsenter".into(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(Error::Unexpected(format!(
+                "iptables {operation} {chain} in the network namespace of pid {pid}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a controller's log line tells of a Lease watch that ended in 410 Gone (its
+/// resourceVersion expired from the server's history; the watcher relists).
+fn is_watch_gone(line: &str) -> bool {
+    line.contains("watching Leases")
+        && (line.contains("too old resource version") || line.contains("410"))
 }
 
 fn lease_name(lease: usize) -> String {
@@ -436,6 +587,15 @@ impl Soak<'_> {
     async fn start_pod(&mut self, lease: usize, minor: u64) -> Result<(), Error> {
         self.serial += 1;
         let name = format!("soak-{lease}-{}", self.serial);
+        self.start_pod_named(lease, name, minor).await
+    }
+
+    async fn start_pod_named(
+        &mut self,
+        lease: usize,
+        name: String,
+        minor: u64,
+    ) -> Result<(), Error> {
         let pod = pod_manifest(&name, &lease_name(lease), minor, self.image)?;
         let created = self.pods.create(&PostParams::default(), &pod).await?;
         let uid = created.metadata.uid.unwrap_or_default();
@@ -450,6 +610,89 @@ impl Soak<'_> {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
             other => other.map(drop).map_err(Error::from),
         }
+    }
+
+    /// Force-deletes Pod `name` (grace period 0: the object goes at once, without the kubelet's
+    /// word that its containers stopped).
+    async fn force_delete_pod(&mut self, name: &str) -> Result<(), Error> {
+        self.slots.remove(name);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        match self.pods.delete(name, &params).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(drop).map_err(Error::from),
+        }
+    }
+
+    /// Cuts the process of `pod`'s running container off from the API server for `secs`
+    /// seconds; `false` when no container runs.
+    fn cut_off(&mut self, pod: &Pod, container: &str, secs: u64) -> Result<bool, Error> {
+        let Some((container_id, _)) = running_container_named(pod, container) else {
+            return Ok(false);
+        };
+        let Ok(pid) = self.node.container_pid(&container_id) else {
+            return Ok(false);
+        };
+        firewall(pid, &self.api_server, "-I")?;
+        self.cuts.push(Cut {
+            pid,
+            heal_at: Instant::now() + Duration::from_secs(secs),
+        });
+        Ok(true)
+    }
+
+    /// Heals the cuts that are due (all of them with `all`). A process that has gone meanwhile
+    /// (killed, its Pod deleted) took its network namespace with it: nothing to heal.
+    fn heal_cuts(&mut self, all: bool) {
+        let now = Instant::now();
+        self.cuts.retain(|cut| {
+            if !all && cut.heal_at > now {
+                return true;
+            }
+            if let Err(error) = firewall(cut.pid, &self.api_server, "-D")
+                && !process_gone(cut.pid)
+            {
+                eprintln!("node soak: healing pid {}: {error}", cut.pid);
+            }
+            false
+        });
+    }
+
+    /// Cuts the leader of `lease` (Pod `leader`, emulation minor `minor`) off from the API server
+    /// while its process runs on; half the time its Pod is then force-deleted a second later, and
+    /// half of those recreated at once under the same name.
+    async fn cut_off_leader(
+        &mut self,
+        lease: usize,
+        leader: &Pod,
+        minor: u64,
+    ) -> Result<(), Error> {
+        let secs = CANDIDATE_CUT_SECS.start
+            + self
+                .dice
+                .below(CANDIDATE_CUT_SECS.end - CANDIDATE_CUT_SECS.start);
+        if !self.cut_off(leader, CONTAINER, secs)? {
+            return Ok(());
+        }
+        self.report.cut_offs += 1;
+        let then = self.dice.below(4);
+        if then < 2 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let name = leader.metadata.name.clone().unwrap_or_default();
+        self.force_delete_pod(&name).await?;
+        self.report.force_deletions += 1;
+        if then == 3 {
+            self.start_pod_named(lease, name, minor).await?;
+            self.report.recreated_same_name += 1;
+        } else {
+            let minor = FRESH_MINORS.start + self.dice.below(FRESH_MINORS.end - FRESH_MINORS.start);
+            self.start_pod(lease, minor).await?;
+        }
+        Ok(())
     }
 
     /// SIGKILLs `pod`'s container through containerd and records when its process was gone.
@@ -577,26 +820,26 @@ impl Soak<'_> {
             .collect();
         let leader_minor = self.slots.get(&leader_name).map_or(0, |s| s.minor);
         match self.dice.below(100) {
-            0..35 => {
+            0..30 => {
                 let leader = leader.clone();
                 if self.kill(&leader)? {
                     self.report.leader_kills += 1;
                 }
             }
-            35..45 if !followers.is_empty() => {
+            30..40 if !followers.is_empty() => {
                 let follower = followers[self.dice.below(followers.len() as u64) as usize].clone();
                 if self.kill(&follower)? {
                     self.report.follower_kills += 1;
                 }
             }
-            45..65 => {
+            40..57 => {
                 self.delete_pod(&leader_name).await?;
                 let minor =
                     FRESH_MINORS.start + self.dice.below(FRESH_MINORS.end - FRESH_MINORS.start);
                 self.start_pod(lease, minor).await?;
                 self.report.leader_deletions += 1;
             }
-            65..92 if leader_minor > LOWEST_MINOR && !followers.is_empty() => {
+            57..80 if leader_minor > LOWEST_MINOR && !followers.is_empty() => {
                 let follower = followers[self.dice.below(followers.len() as u64) as usize]
                     .metadata
                     .name
@@ -606,14 +849,25 @@ impl Soak<'_> {
                 self.delete_pod(&follower).await?;
                 self.report.preemptions += 1;
             }
+            80..91 => {
+                let leader = leader.clone();
+                self.cut_off_leader(lease, &leader, leader_minor).await?;
+            }
             _ => self.controller_event().await?,
         }
         Ok(())
     }
 
-    /// Kills the active controller replica's container, when both replicas run; deletes a
-    /// replica's Pod instead once it has restarted twice.
+    /// Kills the active controller replica's container or cuts it off from the API server, when
+    /// both replicas run and none is cut off; deletes a replica's Pod instead once it has
+    /// restarted twice.
     async fn controller_event(&mut self) -> Result<(), Error> {
+        if self
+            .controller_cut_until
+            .is_some_and(|until| until > Instant::now())
+        {
+            return Ok(());
+        }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), RELEASE_NAMESPACE);
         let replicas: Vec<Pod> = pods
             .list(&ListParams::default().labels("app.kubernetes.io/name=conclave"))
@@ -644,7 +898,20 @@ impl Soak<'_> {
         }) else {
             return Ok(());
         };
-        if let Some((container, _)) = running_container(active)
+        if self.dice.below(100) < 40 {
+            let long = self.dice.below(4) == 0;
+            let range = if long {
+                LONG_CONTROLLER_CUT_SECS
+            } else {
+                CONTROLLER_CUT_SECS
+            };
+            let secs = range.start + self.dice.below(range.end - range.start);
+            if self.cut_off(active, CONTROLLER_CONTAINER, secs)? {
+                self.controller_cut_until = Some(Instant::now() + Duration::from_secs(secs));
+                self.report.controller_cut_offs.0 += 1;
+                self.report.controller_cut_offs.1 += usize::from(long);
+            }
+        } else if let Some((container, _)) = running_container(active)
             && kill_if_running(self.node, &container)?
         {
             self.report.controller_kills += 1;
@@ -708,6 +975,7 @@ pub async fn run(
         source,
     })?;
     prepare_namespace(client).await?;
+    let api_server = api_server_service(client).await?;
     let collector = Collector::start();
     let mut soak = Soak {
         client,
@@ -722,6 +990,9 @@ pub async fn run(
         last_holders: BTreeMap::new(),
         holder_changes: 0,
         holders_seen: BTreeSet::new(),
+        api_server,
+        cuts: Vec::new(),
+        controller_cut_until: None,
         report: NodeSoakReport {
             config: config.clone(),
             elapsed: Duration::ZERO,
@@ -732,6 +1003,11 @@ pub async fn run(
             preemptions: 0,
             controller_kills: 0,
             controller_deletions: 0,
+            cut_offs: 0,
+            force_deletions: 0,
+            recreated_same_name: 0,
+            controller_cut_offs: (0, 0),
+            watches_gone: 0,
             processes: 0,
             unexpected_exits: Vec::new(),
             holder_dead_events: 0,
@@ -752,6 +1028,7 @@ pub async fn run(
     while soak.holder_changes < soak.config.hand_offs && started.elapsed() < soak.config.max {
         let lease = soak.dice.below(soak.config.leases as u64) as usize;
         let before = soak.holder_changes;
+        soak.heal_cuts(false);
         soak.event(lease).await?;
         if soak.holder_changes.is_multiple_of(50) && soak.holder_changes != before {
             eprintln!(
@@ -763,10 +1040,15 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(150 + soak.dice.below(350))).await;
     }
     soak.report.elapsed = started.elapsed();
+    soak.heal_cuts(true);
     soak.finish().await?;
     // The last lines of the deleted Pods' processes reach their logs within the poll interval.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let logs = collector.finish();
+    let (logs, controller_logs) = collector.finish();
+    soak.report.watches_gone = controller_logs
+        .iter()
+        .map(|log| cri_lines(log).lines().filter(|l| is_watch_gone(l)).count())
+        .sum();
     let mut checker = Checker::default();
     let mut killed = BTreeSet::new();
     let (mut read, mut led) = (BTreeSet::new(), BTreeSet::new());
@@ -867,6 +1149,20 @@ impl fmt::Display for NodeSoakReport {
                 format!(
                     "{} kills of the active replica's container, {} Pods retired",
                     self.controller_kills, self.controller_deletions
+                ),
+            ),
+            (
+                "cut off from the API server while running",
+                format!(
+                    "{} leaders ({} Pods then force-deleted, {} of them recreated under the same \
+                     name); the active controller {} times ({} past the watch cache's history), \
+                     {} Lease watches ended in 410 Gone",
+                    self.cut_offs,
+                    self.force_deletions,
+                    self.recreated_same_name,
+                    self.controller_cut_offs.0,
+                    self.controller_cut_offs.1,
+                    self.watches_gone
                 ),
             ),
             (
