@@ -745,7 +745,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let Some(plane) = ControlPlane::start().await.expect("control plane") else {
         return;
     };
-    let Some(node) = Node::start(&plane).await.expect("node") else {
+    let Some(mut node) = Node::start(&plane).await.expect("node") else {
         return;
     };
 
@@ -1488,6 +1488,26 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
         "the writers' log never saw kube-scheduler's Lease: {conclave_phase:#?}"
     );
 
+    // Every replica killed while nothing restarts them (the kubelet frozen, as when the node the
+    // replicas run on is lost): nobody renews the built-in's Lease, it expires and a
+    // kube-apiserver's built-in controller leads again; the kubelet back, the replicas restart
+    // and take over again. Around it, one controller wrote holders at a time.
+    let crash_from = jiff::Timestamp::now();
+    let (resumed_after_crash, builtin_duration, crash_taken_by, crash_acquired) =
+        every_replica_killed_hands_back(&mut node, &pods, &plane, &client).await;
+    eprintln!(
+        "every replica killed: the built-in controller led again {:.1} s after the kills; \
+         {crash_taken_by} took over again at {crash_acquired}",
+        resumed_after_crash.as_secs_f64()
+    );
+    let uninstall_from = jiff::Timestamp::now();
+    assert_one_writer_around_take_over(
+        &writes.state(),
+        crash_from..uninstall_from,
+        crash_acquired,
+        builtin_duration,
+    );
+
     // `helm uninstall` hands the control plane's Leases back: no replica renews the built-in's
     // Lease (none releases it either), it expires, a kube-apiserver takes it and its built-in
     // controller elects again: kube-scheduler's next leader, after a SIGKILL of the current one,
@@ -1542,10 +1562,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let (holder, _) = scheduler_leader(None, |_| true)
         .await
         .expect("a kube-scheduler leader");
-    let (_, container) = leading_container_of(&scheduler_pods, SCHEDULER, &holder).await;
-    let killed_at = Instant::now();
-    node.kill_container(&container)
-        .expect("killing kube-scheduler's leader");
+    let killed_at = kill_scheduler_leader(&node, &scheduler_pods, &holder).await;
     let (next, builtin_writer) = scheduler_leader(Some(holder.clone()), |w| {
         w.is_some_and(|m| m != CONCLAVE_FIELD_MANAGER)
     })
@@ -1563,55 +1580,129 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // controller until its renew deadline and release have passed, so Conclave writes a holder
     // only from three of its lease durations after the take-over, and the built-in writes none
     // after that: SIGKILL of kube-scheduler's leader at once, its next leader written by Conclave.
-    let builtin_duration = {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-        let lease = leases
-            .get(workloads::BUILTIN_CONTROLLER_LEASE)
-            .await
-            .expect("the built-in's Lease");
-        i64::from(
-            lease
-                .spec
-                .and_then(|s| s.lease_duration_seconds)
-                .expect("the apiserver's lease duration"),
-        )
-    };
     helm_install_on_one_node(&helm, &plane, &image.reference, &install_values);
     let (taken_by, acquired) = wait_taken_over(&client, READY_TIMEOUT)
         .await
         .expect("the take-over after the re-install");
-    let (_, container) = leading_container_of(&scheduler_pods, SCHEDULER, &next).await;
-    let killed_at = Instant::now();
-    node.kill_container(&container)
-        .expect("killing kube-scheduler's leader");
+    let killed_at = kill_scheduler_leader(&node, &scheduler_pods, &next).await;
     let (elected, _) = scheduler_leader(Some(next.clone()), |w| w == Some(CONCLAVE_FIELD_MANAGER))
         .await
         .expect("kube-scheduler's next leader, written by Conclave");
     let all_writes = writes.state();
     drop(writes);
-    let conclave_from = acquired + jiff::SignedDuration::from_secs(3 * builtin_duration);
-    for write in all_writes.iter().filter(|w| w.seen >= builtin_phase_from) {
-        match write.writer.as_deref() {
-            Some(CONCLAVE_FIELD_MANAGER) => assert!(
-                write.seen >= conclave_from,
-                "Conclave wrote a holder at {} after taking over at {acquired}, before the \
-                 replaced controller had surely stopped ({conclave_from}): {all_writes:#?}",
-                write.seen
-            ),
-            Some(_) => assert!(
-                write.seen < conclave_from,
-                "the built-in controller wrote a holder at {}, after Conclave had taken over at \
-                 {acquired}: {all_writes:#?}",
-                write.seen
-            ),
-            None => {}
-        }
-    }
+    assert_one_writer_around_take_over(
+        &all_writes,
+        builtin_phase_from..jiff::Timestamp::MAX,
+        acquired,
+        builtin_duration,
+    );
     eprintln!(
         "re-install: {taken_by} took over at {acquired}; kube-scheduler's next leader {elected} \
          written by Conclave {:.1} s after a SIGKILL of {next}",
         killed_at.elapsed().as_secs_f64()
     );
+}
+
+/// SIGKILLs the container of kube-scheduler's leader `holder` through containerd; returns when.
+async fn kill_scheduler_leader(node: &Node, scheduler_pods: &Api<Pod>, holder: &str) -> Instant {
+    let (_, container) = leading_container_of(scheduler_pods, SCHEDULER, holder).await;
+    let killed_at = Instant::now();
+    node.kill_container(&container)
+        .expect("killing kube-scheduler's leader");
+    killed_at
+}
+
+/// The lease duration kube-apiserver gives the built-in controller's own Lease, in seconds, read
+/// while a kube-apiserver holds it (Conclave's replicas write their own).
+async fn builtin_lease_duration(client: &Client) -> i64 {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let lease = leases
+        .get(workloads::BUILTIN_CONTROLLER_LEASE)
+        .await
+        .expect("the built-in's Lease");
+    i64::from(
+        lease
+            .spec
+            .and_then(|s| s.lease_duration_seconds)
+            .expect("the apiserver's lease duration"),
+    )
+}
+
+/// Asserts that among the holder `writes` seen in `window`, around a take-over by Conclave at
+/// `acquired`, only one controller wrote at a time: the built-in controller before three of its
+/// lease durations (`builtin_duration`, seconds) after `acquired` (the replaced kube-apiserver
+/// may run its controller until its renew deadline and release have passed), Conclave from then.
+fn assert_one_writer_around_take_over(
+    writes: &[HolderWrite],
+    window: std::ops::Range<jiff::Timestamp>,
+    acquired: jiff::Timestamp,
+    builtin_duration: i64,
+) {
+    let conclave_from = acquired + jiff::SignedDuration::from_secs(3 * builtin_duration);
+    for write in writes.iter().filter(|w| window.contains(&w.seen)) {
+        match write.writer.as_deref() {
+            Some(CONCLAVE_FIELD_MANAGER) => assert!(
+                write.seen >= conclave_from,
+                "Conclave wrote a holder at {} after taking over at {acquired}, before the \
+                 replaced controller had surely stopped ({conclave_from}): {writes:#?}",
+                write.seen
+            ),
+            Some(_) => assert!(
+                write.seen < conclave_from,
+                "the built-in controller wrote a holder at {}, after Conclave had taken over at \
+                 {acquired}: {writes:#?}",
+                write.seen
+            ),
+            None => {}
+        }
+    }
+}
+
+/// Kills every Conclave replica's container through containerd while the kubelet is frozen, so
+/// that none restarts: waits until kube-apiserver's built-in controller leads again, then lets
+/// the kubelet restart them and waits until one takes over again and the built-in controller
+/// has stopped leading. Returns how long after the
+/// kills the built-in led, the lease duration its kube-apiserver then wrote (seconds), and who
+/// took over when.
+async fn every_replica_killed_hands_back(
+    node: &mut Node,
+    pods: &Api<Pod>,
+    plane: &ControlPlane,
+    client: &Client,
+) -> (Duration, i64, String, jiff::Timestamp) {
+    let (active, standby) = one_active_one_standby(pods).await;
+    assert!(node.suspend_kubelet(), "the kubelet runs");
+    for replica in [&active, &standby] {
+        let container = replica
+            .container_id
+            .as_deref()
+            .expect("a running container");
+        node.kill_container(container)
+            .unwrap_or_else(|e| panic!("killing {}: {e}", replica.name));
+    }
+    let killed = Instant::now();
+    let resumed = wait_for(
+        "the built-in controller leading again",
+        READY_TIMEOUT,
+        || async { Ok(plane.builtin_controller_leading().await?.then_some(())) },
+    )
+    .await;
+    // The kubelet runs again before any assertion, so that a failure leaves a working node.
+    assert!(node.resume_kubelet(), "the kubelet still runs");
+    resumed.expect("kube-apiserver's built-in controller resumed after every replica was killed");
+    let resumed_after = killed.elapsed();
+    let builtin_duration = builtin_lease_duration(client).await;
+    let (taken_by, acquired) = wait_taken_over(client, READY_TIMEOUT)
+        .await
+        .expect("the take-over once the replicas restarted");
+    wait_for(
+        "the built-in controller to stop leading",
+        READY_TIMEOUT,
+        || async { Ok((!plane.builtin_controller_leading().await?).then_some(())) },
+    )
+    .await
+    .expect("the built-in controller stops leading after the take-over");
+    (resumed_after, builtin_duration, taken_by, acquired)
 }
 
 /// Guard for the README's quick-start cluster: stops it and removes its directory when dropped.

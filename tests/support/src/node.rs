@@ -326,6 +326,20 @@ impl Node {
         Ok(format!("localhost/kube-scheduler:{KUBERNETES_VERSION}"))
     }
 
+    /// Freezes the kubelet (SIGSTOP), as when a node's kubelet hangs or the node is lost: its
+    /// containers run on, and one that dies stays dead (nothing restarts, probes or reports on
+    /// it) until [`resume_kubelet`](Self::resume_kubelet). Returns false if the kubelet has
+    /// exited.
+    pub fn suspend_kubelet(&mut self) -> bool {
+        self.kubelet.suspend()
+    }
+
+    /// Lets the kubelet frozen by [`suspend_kubelet`](Self::suspend_kubelet) run again: it
+    /// restarts the containers that died meanwhile. Returns false if it has exited.
+    pub fn resume_kubelet(&mut self) -> bool {
+        self.kubelet.resume()
+    }
+
     /// Sends SIGKILL to the container `container_id` (the id in a Pod's
     /// `status.containerStatuses[].containerID`, with or without the `containerd://` prefix)
     /// through containerd, as an out-of-memory kill or a crash would end it.
