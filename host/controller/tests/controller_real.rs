@@ -300,6 +300,24 @@ async fn conclave_events(client: &Client, ns: &str, lease: &str) -> Vec<String> 
         .collect()
 }
 
+/// A controller `identity` in `--mode auto` confined to namespace `ns` (which is also its own
+/// namespace), taking over from the built-in controller when `take_over`, serving `/metrics` on
+/// `metrics_addr`.
+fn auto_mode_config(
+    ns: &str,
+    identity: &str,
+    take_over: bool,
+    metrics_addr: std::net::SocketAddr,
+) -> ControllerConfig {
+    let mut cfg = config(ns, identity);
+    cfg.mode = Mode::Auto;
+    cfg.take_over = take_over;
+    cfg.controller_namespace = ns.to_owned();
+    cfg.namespaces = vec![ns.to_owned()];
+    cfg.metrics_addr = Some(metrics_addr);
+    cfg
+}
+
 /// Conclave's Lease writes (create and update, any result) in a `/metrics` body.
 fn conclave_lease_writes(metrics: &str) -> f64 {
     controller_support::metric_sum(
@@ -331,12 +349,7 @@ async fn the_take_over_makes_the_builtin_controller_a_follower_and_hands_back_wh
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let builtin: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     let metrics_addr = controller_support::free_addr();
-    let mut cfg = config(&ns, "replica-1");
-    cfg.mode = Mode::Auto;
-    cfg.take_over = true;
-    cfg.controller_namespace = ns.clone();
-    cfg.namespaces = vec![ns.clone()];
-    cfg.metrics_addr = Some(metrics_addr);
+    let cfg = auto_mode_config(&ns, "replica-1", true, metrics_addr);
     let _a = candidate_in(&client, &ns, "a", "cp", "1.37.0", "1.36.0", OEV).await;
     let _holder_a = CoordinatedHolder::start(leases.clone(), "cp", "a");
     // The built-in controller elects it first.
@@ -436,13 +449,8 @@ async fn auto_mode_lives_beside_the_active_builtin_controller() {
     // Every write to the namespace's Leases from before the first one.
     let writes = LeaseWrites::start(leases.clone()).await;
     let metrics_addr = controller_support::free_addr();
-    let mut cfg = config(&ns, "conclave-auto");
-    cfg.mode = Mode::Auto;
     // Beside the built-in controller, not taking it over (the take-over has its own test).
-    cfg.take_over = false;
-    cfg.controller_namespace = ns.clone();
-    cfg.namespaces = vec![ns.clone()];
-    cfg.metrics_addr = Some(metrics_addr);
+    let cfg = auto_mode_config(&ns, "conclave-auto", false, metrics_addr);
     let plugins = priority_plugin_dir();
     let engine = Engine::new(EngineConfig {
         plugins_dir: Some(plugins.path().to_path_buf()),
