@@ -2,7 +2,7 @@
 //! way out (spec §8.1).
 
 use crate::config::{CandidateConfig, LeaseConfig};
-use crate::{Error, Result, is_conflict, is_not_found};
+use crate::error::{Error, Result, is_conflict, is_not_found};
 use conclave_core::k8s::{self, micro_time, timestamp, validate_lease_candidate_update};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;

@@ -1,7 +1,7 @@
 //! Settings of the Lease lock and of the LeaseCandidate, checked before any request is made.
 
+use crate::error::{Error, Result};
 use crate::pod::PodRef;
-use crate::{Error, Result};
 use conclave_core::validation::{dns1123_label_errors, dns1123_subdomain_errors};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use kube::api::ObjectMeta;

@@ -11,12 +11,12 @@ use crate::config::{
     CandidateConfig, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_CONTROLLER_TIMEOUT, DEFAULT_DRAIN_TIMEOUT,
     LeaseConfig,
 };
+use crate::error::{Error, Result};
 use crate::lock::{LeaseLock, Write};
 use crate::metrics::{ElectorMetrics, Operation};
 use crate::term::{Term, TermLease};
 use crate::time::MonotonicTime;
 use crate::warm::{CacheSync, WarmCache};
-use crate::{Error, Result};
 use conclave_core::k8s::{self, lease_record};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::time::Timestamp;

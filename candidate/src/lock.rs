@@ -3,7 +3,7 @@
 //! 409 Conflict instead of being overwritten.
 
 use crate::config::LeaseConfig;
-use crate::{Error, Result, is_already_exists, is_conflict, is_not_found};
+use crate::error::{Error, Result, is_already_exists, is_conflict, is_not_found};
 use conclave_core::k8s::micro_time;
 use conclave_core::time::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
