@@ -357,7 +357,7 @@ impl Faults {
                     object_name.unwrap_or_else(|| name.take().map(|f| f()).unwrap_or_default());
                 Err(ApiError::conflict(res, &named))
             }
-            Some(Failure::Forbidden) => Err(ApiError::forbidden(res, verb)),
+            Some(Failure::Forbidden) => Err(ApiError::forbidden(res, verb.as_str())),
         }
     }
 }

@@ -278,9 +278,9 @@ impl ApiError {
         e
     }
 
-    /// 403 Forbidden for `verb` on `res` at cluster scope, injected by faults (RBAC refusing).
-    pub fn forbidden(res: &ResourceInfo, verb: crate::faults::Verb) -> Self {
-        let verb = verb.as_str();
+    /// 403 Forbidden for `verb` (as RBAC names it: `get`, `list`, ...) on `res` at cluster
+    /// scope, injected by faults (RBAC refusing).
+    pub fn forbidden(res: &ResourceInfo, verb: &str) -> Self {
         let mut e = Self::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
