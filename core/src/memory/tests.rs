@@ -41,6 +41,9 @@ enum Event {
     Settled(Option<i64>),
 }
 
+/// Events at their seconds, in order.
+type Events = Vec<(i64, Event)>;
+
 fn feed(events: &[(i64, Event)]) -> LeaseMemory {
     let mut memory = LeaseMemory::default();
     for (now, event) in events {
@@ -60,8 +63,9 @@ fn feed(events: &[(i64, Event)]) -> LeaseMemory {
 #[test]
 fn a_renewal_is_timed_by_this_controller_s_clock_and_its_period_between_watched_renewals() {
     use Event::{Listed, Watched};
-    // (events, the Lease read at, (observed_renewal, renew_period))
-    let cases: [(&str, Vec<(i64, Event)>, i64, (i64, Option<u64>)); 5] = [
+    // (events, the Lease read at, (observed_renewal, renew_period in seconds))
+    type Timed = (i64, Option<u64>);
+    let cases: [(&str, Events, i64, Timed); 5] = [
         (
             "an acquisition watched: seen when it arrived, no period",
             vec![(5, Watched(lease("a", 2)))],
@@ -128,7 +132,7 @@ fn a_record_newer_than_the_renewal_seen_counts_from_now() {
 fn a_watched_release_names_who_let_go_or_for_whom() {
     use Event::Watched;
     // (events before the release, released_by, released_for)
-    let cases: [(&str, Vec<(i64, Event)>, Option<&str>, Option<&str>); 3] = [
+    let cases: [(&str, Events, Option<&str>, Option<&str>); 3] = [
         (
             "unasked",
             vec![(1, Watched(lease("a", 1)))],
@@ -165,7 +169,7 @@ fn a_lease_deleted_while_held_is_held_until_its_holder_may_have_stopped() {
     use Event::{Deleted, Listed, MissingFromRelist, Watched};
     let none = || None;
     // (events, asked at, held until)
-    let cases: [(&str, Vec<(i64, Event)>, i64, Option<i64>); 6] = [
+    let cases: [(&str, Events, i64, Option<i64>); 6] = [
         (
             "deleted at its last renewal seen: until that renewal's expiry",
             vec![(5, Watched(lease("a", 4))), (8, Deleted(lease("a", 4)))],
@@ -231,7 +235,7 @@ fn a_lease_not_cached_is_held_by_the_start_hold_a_cached_one_is_not() {
 fn only_a_renewal_of_a_settled_lease_decides_nothing() {
     use Event::{Settled, Watched};
     // (events before, the event at 8, whether it decides nothing)
-    let cases: [(&str, Vec<(i64, Event)>, LeaseRecord, bool); 5] = [
+    let cases: [(&str, Events, LeaseRecord, bool); 5] = [
         (
             "settled until an event, renewed by its holder",
             vec![(5, Watched(lease("a", 5))), (5, Settled(None))],
