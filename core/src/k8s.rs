@@ -170,6 +170,34 @@ pub fn same_but_renewal(record: &LeaseRecord, lease: &Lease) -> bool {
         && !holder_dead
 }
 
+/// A watched or listed Lease read in place by the controller's memory of it: a renewal that
+/// decides nothing builds no record of the Lease (issue 31).
+impl crate::memory::SeenLease for Lease {
+    fn holder_identity(&self) -> Option<&str> {
+        self.spec.as_ref()?.holder_identity.as_deref()
+    }
+
+    fn renew_time(&self) -> Option<Timestamp> {
+        micro(self.spec.as_ref()?.renew_time.as_ref())
+    }
+
+    fn preferred_holder(&self) -> Option<&str> {
+        self.spec.as_ref()?.preferred_holder.as_deref()
+    }
+
+    fn lease_duration(&self) -> Option<core::time::Duration> {
+        crate::memory::duration_of(self.spec.as_ref()?.lease_duration_seconds)
+    }
+
+    fn same_but_renewal(&self, decided_by: &LeaseRecord) -> bool {
+        same_but_renewal(decided_by, self)
+    }
+
+    fn record(&self) -> LeaseRecord {
+        lease_record(self)
+    }
+}
+
 /// Whether the Lease carries Conclave's elected-by annotation ([`ELECTED_BY_ANNOTATION`]).
 fn elected_by_conclave_of(meta: &ObjectMeta) -> bool {
     meta.annotations

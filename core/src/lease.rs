@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 /// The fields of a `coordination.k8s.io/v1` Lease that elections depend on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LeaseRecord {
     /// `metadata.namespace`.
     pub namespace: String,
@@ -74,7 +74,7 @@ pub struct LeaseRecord {
 
 /// A candidate that sits out a Lease's elections: it was written as holder and never renewed the
 /// Lease before it expired ([`crate::plan::never_renewed_holder`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SitOut {
     /// The candidate's name (its holder identity).
     pub candidate: String,

@@ -12,6 +12,7 @@ pub mod election;
 #[cfg(feature = "k8s")]
 pub mod k8s;
 pub mod lease;
+pub mod memory;
 pub mod plan;
 pub mod pod;
 pub mod prepared;

@@ -23,8 +23,10 @@ use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
 use super::wire::Cached;
-use conclave_core::k8s::{lease_record, now, timestamp};
+use conclave_core::k8s::{now, timestamp};
 use conclave_core::lease::{LeaseRecord, SitOut};
+use conclave_core::memory::LeaseMemory;
+pub use conclave_core::memory::Watched;
 use conclave_core::time::Timestamp;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -102,75 +104,52 @@ pub async fn leases<S>(
 }
 
 /// The watched Leases, as last watched or listed (the cache a step reads, [`Renewals::lease`]),
-/// each with whether its last step found it settled, when this controller watched its current
-/// renewal (holder and `renewTime`) arrive, by its own clock, and who released it when that
-/// renewal is a release: what `LeaseRecord::observed_renewal`, `LeaseRecord::released_by` and
-/// `LeaseRecord::released_for` are filled from. Expiry is judged from the moment of observation
-/// as client-go does, not only from the holder's timestamps; a releaser must show it lives before
-/// it is elected again (`conclave_core::plan::liveness_since`).
+/// each with what this controller remembers of it ([`LeaseMemory`], in `conclave-core`, where the
+/// model checks it too): whether its last step found it settled, when this controller watched its
+/// current renewal (holder and `renewTime`) arrive, by its own clock, and who released it when
+/// that renewal is a release (what `LeaseRecord::observed_renewal`, `LeaseRecord::released_by`
+/// and `LeaseRecord::released_for` are filled from), until when its holder may still lead after
+/// its deletion, and which candidates sit out its elections. Expiry is judged from the moment of
+/// observation as client-go does, not only from the holder's timestamps.
 ///
-/// It also keeps, for a Lease deleted while held, until when its holder may still lead by its own
-/// reckoning (its last renewal as watched, plus its duration): `kubectl delete lease` is a common
-/// way to force a re-election, and a Lease recreated for someone else at once would have a second
-/// leader while the first one has not yet seen the deletion (issue 34, finding 1).
+/// A thin keyed map: each rule lives in [`LeaseMemory`], and a Kubernetes Lease is read there in
+/// place (`conclave_core::memory::SeenLease`), so that a renewal that decides nothing builds no
+/// record of it (issue 31).
 #[derive(Debug, Default)]
 pub struct Renewals(Mutex<RenewalsState>);
 
 #[derive(Debug, Default)]
 struct RenewalsState {
-    /// Every watched Lease: the cache a step reads, with what this controller saw of its renewal,
-    /// in one entry, so that a renewal costs one lookup.
-    current: HashMap<LeaseKey, Watch>,
-    deleted_while_held: HashMap<LeaseKey, Timestamp>,
+    /// Every Lease this controller remembers something of: the cache a step reads, with what this
+    /// controller saw of its renewal, in one entry, so that a renewal costs one lookup; and a
+    /// Lease deleted while held, or with candidates sitting out, after it left the cache.
+    leases: HashMap<LeaseKey, Remembered>,
     /// How long a Lease this controller has not seen since it started counts as possibly held
     /// ([`Renewals::with_start_hold`]).
     start_hold: Duration,
     /// For the scope of each watch (a namespace, `None`: every namespace), until when a Lease of
     /// that scope missing from its first list, and not seen since, counts as possibly held.
     unseen_held_until: Vec<(Option<String>, Timestamp)>,
-    /// Lease -> candidate -> (times in a row it never renewed, until when it sits out).
-    sitting_out: HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
 }
 
-/// One watched Lease: the object as last watched or listed, whether its last step found it
-/// settled, and its current renewal.
-#[derive(Debug)]
-struct Watch {
-    lease: Arc<Lease>,
-    /// Whether the Lease's last step found it settled (`conclave_core::step::Outcome::settles`),
-    /// until when (`Some(None)`: until an event), by `conclave_core::step::settled_until`; `None`:
-    /// not settled, or changed since.
-    settled: Option<Option<Timestamp>>,
-    renewal: Renewal,
+/// One Lease: the object as last watched or listed (`None` while it is not cached: deleted, or
+/// missing from a relist) and what this controller remembers of it; the object is cached exactly
+/// when [`LeaseMemory::is_cached`].
+#[derive(Debug, Default)]
+struct Remembered {
+    lease: Option<Arc<Lease>>,
+    memory: LeaseMemory,
 }
 
-/// One Lease's current renewal: when this controller first saw it, by its own clock (watched
-/// arriving, or listed or read: never by the holder's clock alone); whether it is the first of
-/// its holder (an acquisition, or listed); whether it was watched arriving (a listed one arrived
-/// at an unknown moment before); how long after the same holder's previous watched renewal
-/// (`None`: not both watched, or the previous one was the acquisition, which a controller's
-/// take-over writes at any point of the holder's period); the candidate any `preferredHolder`
-/// seen during this holder's tenure named (kept when the `preferredHolder` is cleared again); the
-/// holder whose watched write cleared `holderIdentity` unasked (`None`: held, asked to step down,
-/// or release not watched); and the candidate a pre-empted holder released it for (`None`: held,
-/// released unasked, or release not watched); and when a step first held back a pre-emption of
-/// this holder to wait for its renewal (`None`: never).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Renewal {
-    holder: Option<String>,
-    renew_time: Option<Timestamp>,
-    seen_at: Timestamp,
-    watched: bool,
-    first_of_holder: bool,
-    period: Option<Duration>,
-    asked_for: Option<String>,
-    released_by: Option<String>,
-    released_for: Option<String>,
-    preemption_held_since: Option<Timestamp>,
-    duration: Option<Duration>,
-    /// Everything of the Lease a step reads but the renewal (`renewTime`, `resourceVersion`):
-    /// whether an event is a renewal and nothing else.
-    decided_by: LeaseRecord,
+impl Remembered {
+    /// A watch event delivered `lease` at `now`: cached ([`keep_renewed`]) and remembered.
+    fn watched(&mut self, lease: &Arc<Lease>, now: Timestamp) -> Watched {
+        match self.lease.as_mut() {
+            Some(cached) => keep_renewed(cached, lease),
+            None => self.lease = Some(Arc::clone(lease)),
+        }
+        self.memory.watched(&**lease, now)
+    }
 }
 
 /// Makes `cached` the `watched` Lease. When the two differ only by a renewal (`renewTime` and
@@ -257,228 +236,36 @@ fn only_renewed(cached: &Lease, watched: &Lease) -> bool {
         }
 }
 
-/// What a watched Lease event means for the Lease's election.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Watched {
-    /// It may change the outcome: run a step.
-    Elect,
-    /// A renewal that decides nothing: the same holder renewed, before its Lease expired, and
-    /// nothing else a step reads changed, while the Lease's last step found it settled and the
-    /// clock has changed nothing it read since (`conclave_core::step::settled_until`). The step
-    /// it would trigger would find the Lease as it is and write, ping and record nothing; it would
-    /// only look again at `recheck_at` (`conclave_core::plan::recheck_at`: the holder overdue,
-    /// then the expiry, both moved later by the renewal).
-    Renewal {
-        /// When to look at the Lease again, instead of any time set before.
-        recheck_at: Option<Timestamp>,
-    },
-}
-
-impl Renewal {
-    fn is(&self, holder: Option<&str>, renew_time: Option<Timestamp>) -> bool {
-        self.holder.as_deref() == holder && self.renew_time == renew_time
-    }
-
-    /// What a next renewal that clears the holder means: who released the Lease unasked (this
-    /// renewal's holder, unless a `preferredHolder` seen during its tenure named someone else)
-    /// and for whom (that `preferredHolder`, who asked the holder to step down). For a Lease
-    /// already free, what its release meant before.
-    ///
-    /// Any `preferredHolder` of the tenure counts, not only the latest: when the preferred
-    /// candidate disappears while the holder drains, the controller clears `preferredHolder`, and
-    /// the holder, asked to step down before, releases all the same; read as unasked, it was set
-    /// aside, and a worse candidate got a term only to be pre-empted (issue 34, finding 7).
-    fn release(&self) -> (Option<String>, Option<String>) {
-        let Some(holder) = named(self.holder.as_deref()) else {
-            return (self.released_by.clone(), self.released_for.clone());
-        };
-        match &self.asked_for {
-            Some(successor) => (None, Some(successor.clone())),
-            None => (Some(holder.to_owned()), None),
-        }
-    }
-
-    /// The first renewal seen of a holder: `record`'s, seen at `now`, watched arriving or listed.
-    fn first(
-        record: &LeaseRecord,
-        now: Timestamp,
-        watched: bool,
-        duration: Option<Duration>,
-        (released_by, released_for): (Option<String>, Option<String>),
-    ) -> Self {
-        let mut renewal = Self {
-            holder: record.holder_identity.clone(),
-            renew_time: record.renew_time,
-            seen_at: now,
-            watched,
-            first_of_holder: true,
-            period: None,
-            asked_for: None,
-            released_by,
-            released_for,
-            preemption_held_since: None,
-            duration,
-            decided_by: Renewals::decided_by(record),
-        };
-        renewal.saw_preferred(record.preferred_holder.as_deref());
-        renewal
-    }
-
-    /// Whether the Lease, at this renewal, has a holder whose term has not ended at `now` by this
-    /// controller's reckoning (`conclave_core::plan::without_leader`).
-    fn live_at(&mut self, now: Timestamp) -> bool {
-        self.with_record(|record| !conclave_core::plan::without_leader(Some(record), now))
-    }
-
-    /// When a step would look at the Lease again at `now`, after this renewal, if nothing
-    /// happens (`conclave_core::plan::recheck_at`).
-    fn recheck_at(&mut self, now: Timestamp) -> Option<Timestamp> {
-        self.with_record(|record| conclave_core::plan::recheck_at(Some(record), now))
-    }
-
-    /// `read` of the Lease's record as a step would build and annotate it, as far as the Lease's
-    /// timing goes (holder, duration, this renewal's time and when this controller saw it): what
-    /// it decides by, with the renewal filled in for the call and cleared after it, so that no
-    /// record is built.
-    fn with_record<T>(&mut self, read: impl FnOnce(&LeaseRecord) -> T) -> T {
-        let record = &mut self.decided_by;
-        record.renew_time = self.renew_time;
-        record.observed_renewal = Some(self.seen_at);
-        let answer = read(record);
-        record.renew_time = None;
-        record.observed_renewal = None;
-        answer
-    }
-
-    /// The renewal this one is seen again, in `record` (another `preferredHolder`, another
-    /// strategy, or the same Lease relisted): what a step decides by follows it.
-    fn seen_again(&mut self, record: &LeaseRecord, duration: Option<Duration>) {
-        self.saw_preferred(record.preferred_holder.as_deref());
-        self.duration = duration;
-        self.decided_by = Renewals::decided_by(record);
-    }
-
-    /// Whether this renewal is by `holder`, a named one.
-    fn held_by(&self, holder: Option<&str>) -> bool {
-        named(self.holder.as_deref()).is_some() && self.holder.as_deref() == holder
-    }
-
-    /// The same holder renewed again at `now`, up to `renew_time`: timed from now, how long after
-    /// this renewal if both were watched and this one was not its acquisition, and not a release;
-    /// a `preferredHolder` asking it to step down and a held-back pre-emption still count.
-    fn renewed(
-        &mut self,
-        renew_time: Option<Timestamp>,
-        now: Timestamp,
-        duration: Option<Duration>,
-        preferred: Option<&str>,
-    ) {
-        self.period = (!self.first_of_holder && self.watched).then(|| self.seen_at.elapsed_at(now));
-        self.renew_time = renew_time;
-        self.seen_at = now;
-        self.watched = true;
-        self.first_of_holder = false;
-        self.released_by = None;
-        self.released_for = None;
-        self.duration = duration;
-        self.saw_preferred(preferred);
-    }
-
-    /// Records a `preferredHolder` seen on this renewal: it asks the holder to step down when it
-    /// names someone else.
-    fn saw_preferred(&mut self, preferred: Option<&str>) {
-        if let Some(successor) = preferred.filter(|p| {
-            !p.is_empty() && named(self.holder.as_deref()).is_some_and(|holder| holder != *p)
-        }) {
-            self.asked_for = Some(successor.to_owned());
-        }
-    }
-}
-
-/// A holder identity, with absent and empty alike.
-fn named(holder: Option<&str>) -> Option<&str> {
-    holder.filter(|h| !h.is_empty())
-}
-
 impl Renewals {
     /// A watch event delivered `lease` at `now`: a new renewal is timed now; any other change
-    /// (a `preferredHolder`, a strategy) keeps the time of the renewal it carries. A renewal that
-    /// clears the holder records who held the Lease before it, unless a `preferredHolder` had
-    /// asked that holder to step down (a pre-empted instance stays a follower, KEP-5366, and the
-    /// one it made way for is elected anyway).
+    /// (a `preferredHolder`, a strategy) keeps the time of the renewal it carries
+    /// ([`LeaseMemory::watched`]).
     ///
     /// Returns whether the event may change the election's outcome ([`Watched`]).
     pub fn watched(&self, key: &LeaseKey, lease: &Arc<Lease>, now: Timestamp) -> Watched {
-        let spec = lease.spec.as_ref();
-        let holder = spec.and_then(|s| s.holder_identity.as_deref());
-        let preferred = spec.and_then(|s| s.preferred_holder.as_deref());
-        let renew_time = spec
-            .and_then(|s| s.renew_time.as_ref())
-            .map(|t| timestamp(t.0));
-        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
-        if !state.deleted_while_held.is_empty() {
-            state.deleted_while_held.remove(key);
+        if let Some(remembered) = state.leases.get_mut(key) {
+            return remembered.watched(lease, now);
         }
-        let Some(watch) = state.current.get_mut(key) else {
-            let renewal = Renewal::first(&lease_record(lease), now, true, duration, (None, None));
-            state.current.insert(
-                key.clone(),
-                Watch {
-                    lease: Arc::clone(lease),
-                    settled: None,
-                    renewal,
-                },
-            );
-            return Watched::Elect;
-        };
-        keep_renewed(&mut watch.lease, lease);
-        let settled = watch.settled.take();
-        let renewal = &mut watch.renewal;
-        if renewal.is(holder, renew_time) {
-            renewal.seen_again(&lease_record(lease), duration);
-            return Watched::Elect;
-        }
-        if renewal.held_by(holder) {
-            // Judged before the renewal is recorded: the Lease's last step found it settled, the
-            // previous renewal had not expired, and nothing else a step reads changed. Judged and
-            // recorded in place, with no record of the Lease built.
-            let decides_nothing = settled
-                .is_some_and(|until| until.is_none_or(|until| now < until))
-                && renewal.duration.is_some_and(|d| renewal.seen_at + d > now)
-                && conclave_core::k8s::same_but_renewal(&renewal.decided_by, lease);
-            renewal.renewed(renew_time, now, duration, preferred);
-            if decides_nothing {
-                watch.settled = settled;
-                return Watched::Renewal {
-                    recheck_at: renewal.recheck_at(now),
-                };
-            }
-            renewal.decided_by = Self::decided_by(&lease_record(lease));
-            return Watched::Elect;
-        }
-        let released = match named(holder) {
-            Some(_) => (None, None),
-            None => renewal.release(),
-        };
-        *renewal = Renewal::first(&lease_record(lease), now, true, duration, released);
-        Watched::Elect
+        let mut remembered = Remembered::default();
+        let watched = remembered.watched(lease, now);
+        state.leases.insert(key.clone(), remembered);
+        watched
     }
 
     /// The step of `key`'s Lease at hand found it settled until `until` (`None`: until an event):
     /// its holder's renewals before then decide nothing ([`Watched::Renewal`]).
     pub fn settle(&self, key: &LeaseKey, until: Option<Timestamp>) {
-        // A Lease not watched yet is not settled: the event that brings it triggers a step.
-        if let Some(watch) = lock(&self.0).current.get_mut(key) {
-            watch.settled = Some(until);
+        if let Some(remembered) = lock(&self.0).leases.get_mut(key) {
+            remembered.memory.settle(until);
         }
     }
 
     /// A step of `key`'s Lease begins, or found it unsettled: its holder's renewals trigger steps
     /// again.
     pub fn unsettle(&self, key: &LeaseKey) {
-        if let Some(watch) = lock(&self.0).current.get_mut(key) {
-            watch.settled = None;
+        if let Some(remembered) = lock(&self.0).leases.get_mut(key) {
+            remembered.memory.unsettle();
         }
     }
 
@@ -486,9 +273,9 @@ impl Renewals {
     #[must_use]
     pub fn lease(&self, key: &LeaseKey) -> Option<Arc<Lease>> {
         lock(&self.0)
-            .current
+            .leases
             .get(key)
-            .map(|watch| Arc::clone(&watch.lease))
+            .and_then(|remembered| remembered.lease.clone())
     }
 
     /// Whether `key`'s Lease, as last watched or listed, has a holder whose term has not ended at
@@ -498,139 +285,88 @@ impl Renewals {
     #[must_use]
     pub fn has_live_holder(&self, key: &LeaseKey, now: Timestamp) -> bool {
         lock(&self.0)
-            .current
+            .leases
             .get_mut(key)
-            .is_some_and(|watch| watch.renewal.live_at(now))
+            .is_some_and(|remembered| remembered.memory.has_live_holder(now))
     }
 
     /// The keys of the cached Leases in `namespace` (`None`: every namespace).
     fn keys_in(&self, namespace: Option<&str>) -> Vec<LeaseKey> {
         lock(&self.0)
-            .current
-            .keys()
-            .filter(|key| namespace.is_none_or(|ns| key.namespace == ns))
-            .cloned()
+            .leases
+            .iter()
+            .filter(|(key, remembered)| {
+                remembered.lease.is_some() && namespace.is_none_or(|ns| key.namespace == ns)
+            })
+            .map(|(key, _)| key.clone())
             .collect()
     }
 
-    /// Everything of a Lease's `record` a step reads but its renewal.
-    fn decided_by(record: &LeaseRecord) -> LeaseRecord {
-        LeaseRecord {
-            resource_version: String::new(),
-            renew_time: None,
-            ..record.clone()
-        }
-    }
-
     /// A relist at `now` delivered `lease`: a renewal already watched keeps its time and
-    /// releaser; a new one arrived while the watch was down, at an unknown moment, from an unknown
-    /// writer, and counts as renewed when it was listed, by this controller's clock. Judged by
-    /// its `renewTime` instead (the holder's clock), a holder whose clock runs behind would be
-    /// replaced while it still leads, right after every controller start or relist (issue 34,
-    /// finding 2; client-go stamps a renewal with the time it first observed it, too).
+    /// releaser; a new one counts as renewed when it was listed, by this controller's clock
+    /// ([`LeaseMemory::listed`]).
     pub fn listed(&self, key: &LeaseKey, lease: &Arc<Lease>, now: Timestamp) {
-        let record = lease_record(lease);
-        let (holder, renew_time) = (&record.holder_identity, record.renew_time);
-        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
-        state.deleted_while_held.remove(key);
-        match state.current.get_mut(key) {
-            Some(watch) if watch.renewal.is(holder.as_deref(), renew_time) => {
-                watch.lease = Arc::clone(lease);
-                watch.settled = None;
-                watch.renewal.seen_again(&record, duration);
-            }
-            _ => {
-                let watch = Watch {
-                    lease: Arc::clone(lease),
-                    settled: None,
-                    renewal: Renewal::first(&record, now, false, duration, (None, None)),
-                };
-                state.current.insert(key.clone(), watch);
-            }
-        }
+        let remembered = state.leases.entry(key.clone()).or_default();
+        remembered.lease = Some(Arc::clone(lease));
+        remembered.memory.listed(&**lease, now);
     }
 
     /// A watch event at `now` delivered the deletion of `lease`. If it was held, its holder may
     /// lead until its last renewal, as first seen by this controller, plus its duration: the
     /// Lease is not created again for anyone before then ([`Renewals::held_after_deletion`]).
     pub fn deleted(&self, key: &LeaseKey, lease: &Lease, now: Timestamp) {
-        let (holder, renew_time) = Self::renewal_of(lease);
-        let duration = Self::duration_of(lease);
         let mut state = lock(&self.0);
-        let renewal = state.current.remove(key).map(|watch| watch.renewal);
-        let (Some(_), Some(duration)) = (named(holder.as_deref()), duration) else {
-            state.deleted_while_held.remove(key);
-            return;
-        };
-        let renewed = renewal
-            .filter(|r| r.is(holder.as_deref(), renew_time))
-            .map_or(now, |r| r.seen_at);
-        state
-            .deleted_while_held
-            .insert(key.clone(), renewed + duration);
+        let remembered = state.leases.entry(key.clone()).or_default();
+        remembered.lease = None;
+        remembered.memory.deleted(lease, now);
+        if remembered.memory.is_empty() {
+            state.leases.remove(key);
+        }
     }
 
     /// A step at `now` held back a pre-emption of the current holder of `key`'s Lease to wait
     /// for its renewal: the first such time of this holder's tenure bounds the whole wait
     /// (`LeaseRecord::preemption_held_since`).
     pub fn preemption_held_back(&self, key: &LeaseKey, now: Timestamp) {
-        if let Some(watch) = lock(&self.0).current.get_mut(key) {
-            watch.renewal.preemption_held_since.get_or_insert(now);
+        if let Some(remembered) = lock(&self.0).leases.get_mut(key) {
+            remembered.memory.preemption_held_back(now);
         }
     }
 
     /// `candidate`, written as holder of `key`'s Lease, let it expire without renewing it: it sits
     /// out the Lease's elections from `now` for
-    /// [`conclave_core::plan::never_renewed_backoff`], longer each time in a row (a candidate
-    /// that sat out before and failed again within a sit-out's length of its end). Returns how
-    /// many times in a row, and until when.
+    /// [`conclave_core::plan::never_renewed_backoff`], longer each time in a row
+    /// ([`LeaseMemory::sit_out`]). Returns how many times in a row, and until when.
     pub fn sit_out(&self, key: &LeaseKey, candidate: &str, now: Timestamp) -> (u32, Timestamp) {
         let mut state = lock(&self.0);
-        let lease = state.sitting_out.entry(key.clone()).or_default();
-        let strikes = lease.get(candidate).map_or(1, |(strikes, until)| {
-            let backoff = conclave_core::plan::never_renewed_backoff(*strikes);
-            if *until + backoff > now {
-                strikes.saturating_add(1)
-            } else {
-                1
-            }
-        });
-        let until = now + conclave_core::plan::never_renewed_backoff(strikes);
-        lease.insert(candidate.to_owned(), (strikes, until));
-        (strikes, until)
+        let strikes = state
+            .leases
+            .entry(key.clone())
+            .or_default()
+            .memory
+            .sit_out(candidate, now);
+        (strikes.count, strikes.until)
     }
 
     /// A relist at `now` of the Leases in `namespace` (`None`: every namespace) is complete and
     /// listed the Leases `listed`: a Lease of that namespace this controller knew that is not
     /// among them was deleted while the watch was down (or the server lost it), and counts as
-    /// deleted now ([`Renewals::deleted`]), so that it is not created again for someone else
-    /// while its holder may still lead. Leases of other namespaces, watched by other watches,
-    /// are left as they are.
-    ///
-    /// Its holder may have renewed it while the watch was down, unseen, up to its deletion,
-    /// which came before this list: it may lead until `now` plus its duration, not only until
-    /// the last renewal this controller saw plus its duration (issue 47, finding 2: a Lease
-    /// renewed during a 21 s outage and then deleted was created again for another candidate at
-    /// once, 8 s before its holder's term ended).
+    /// deleted now, held until `now` plus its duration ([`LeaseMemory::missing_from_relist`]), so
+    /// that it is not created again for someone else while its holder may still lead. Leases of
+    /// other namespaces, watched by other watches, are left as they are.
     pub fn relisted(&self, namespace: Option<&str>, listed: &HashSet<LeaseKey>, now: Timestamp) {
         let mut state = lock(&self.0);
-        let gone: Vec<LeaseKey> = state
-            .current
-            .keys()
-            .filter(|key| namespace.is_none_or(|ns| key.namespace == ns) && !listed.contains(*key))
-            .cloned()
-            .collect();
-        for key in gone {
-            let Some(watch) = state.current.remove(&key) else {
-                continue;
-            };
-            let renewal = watch.renewal;
-            if let (Some(_), Some(duration)) = (named(renewal.holder.as_deref()), renewal.duration)
+        state.leases.retain(|key, remembered| {
+            if remembered.lease.is_some()
+                && namespace.is_none_or(|ns| key.namespace == ns)
+                && !listed.contains(key)
             {
-                state.deleted_while_held.insert(key, now + duration);
+                remembered.lease = None;
+                remembered.memory.missing_from_relist(now);
             }
-        }
+            !remembered.memory.is_empty()
+        });
     }
 
     /// Renewals that count a Lease this controller has not seen since it started (missing from
@@ -666,22 +402,29 @@ impl Renewals {
     /// deleted while held just before its first list ([`Renewals::first_listed`]).
     #[must_use]
     pub fn held_after_deletion(&self, key: &LeaseKey, now: Timestamp) -> Option<Timestamp> {
-        let mut state = lock(&self.0);
-        if let Some(until) = state.deleted_while_held.get(key).copied() {
-            if until > now {
-                return Some(until);
+        let mut guard = lock(&self.0);
+        let state = &mut *guard;
+        let unseen = &mut state.unseen_held_until;
+        let mut unseen_held_until = || {
+            if unseen.is_empty() {
+                return None;
             }
-            state.deleted_while_held.remove(key);
+            unseen.retain(|(_, until)| *until > now);
+            unseen
+                .iter()
+                .find(|(scope, _)| scope.as_deref().is_none_or(|ns| ns == key.namespace))
+                .map(|(_, until)| *until)
+        };
+        let Some(remembered) = state.leases.get_mut(key) else {
+            return unseen_held_until();
+        };
+        let held = remembered
+            .memory
+            .held_after_deletion(now, unseen_held_until);
+        if remembered.memory.is_empty() {
+            state.leases.remove(key);
         }
-        if state.unseen_held_until.is_empty() || state.current.contains_key(key) {
-            return None;
-        }
-        state.unseen_held_until.retain(|(_, until)| *until > now);
-        state
-            .unseen_held_until
-            .iter()
-            .find(|(scope, _)| scope.as_deref().is_none_or(|ns| ns == key.namespace))
-            .map(|(_, until)| *until)
+        held
     }
 
     /// The candidates that sit out the elections of `key`'s Lease at `now`
@@ -690,80 +433,25 @@ impl Renewals {
     /// (`conclave_core::step::StepInput::sitting_out`); only their time does.
     #[must_use]
     pub fn sitting_out(&self, key: &LeaseKey, now: Timestamp) -> Vec<SitOut> {
-        Self::sitting_out_of(&lock(&self.0).sitting_out, key, now)
-    }
-
-    fn sitting_out_of(
-        sitting_out: &HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
-        key: &LeaseKey,
-        now: Timestamp,
-    ) -> Vec<SitOut> {
-        sitting_out
+        lock(&self.0)
+            .leases
             .get(key)
-            .into_iter()
-            .flatten()
-            .filter(|(_, (_, until))| *until > now)
-            .map(|(candidate, (_, until))| SitOut {
-                candidate: candidate.clone(),
-                until: *until,
-            })
-            .collect()
+            .map(|remembered| remembered.memory.sitting_out(now))
+            .unwrap_or_default()
     }
 
-    /// Fills in what this controller saw of the renewal `record` carries: when it first saw it
-    /// (`observed_renewal`), how long after the same holder's previous one (`renew_period`) and,
-    /// for a release, who released it unasked (`released_by`) or for whom (`released_for`). A
-    /// record newer than the renewal last seen (a write of this controller's own, or a read after
-    /// a write conflict) was first seen `now`: its renewal counts from then, never from the
-    /// holder's `renewTime` alone, and nothing else is known of it.
+    /// Fills in what this controller saw of the renewal `record` carries
+    /// ([`LeaseMemory::annotate`]): when it first saw it (`observed_renewal`), how long after
+    /// the same holder's previous one (`renew_period`) and, for a release, who released it
+    /// unasked (`released_by`) or for whom (`released_for`). A record newer than the renewal
+    /// last seen (a write of this controller's own, or a read after a write conflict) was first
+    /// seen `now`: its renewal counts from then, never from the holder's `renewTime` alone, and
+    /// nothing else is known of it.
     pub fn annotate(&self, key: &LeaseKey, record: &mut LeaseRecord, now: Timestamp) {
-        let state = lock(&self.0);
-        let renewal = state.current.get(key).map(|watch| &watch.renewal);
-        Self::annotate_from(&state.sitting_out, key, renewal, record, now);
-    }
-
-    /// [`Renewals::annotate`] from `renewal`, the Lease's current one (`None`: not cached).
-    fn annotate_from(
-        sitting_out: &HashMap<LeaseKey, HashMap<String, (u32, Timestamp)>>,
-        key: &LeaseKey,
-        renewal: Option<&Renewal>,
-        record: &mut LeaseRecord,
-        now: Timestamp,
-    ) {
-        record.sitting_out = Self::sitting_out_of(sitting_out, key, now);
-        let Some(renewal) =
-            renewal.filter(|r| r.is(record.holder_identity.as_deref(), record.renew_time))
-        else {
-            record.observed_renewal = Some(now);
-            record.renew_period = None;
-            record.released_by = None;
-            record.released_for = None;
-            record.preemption_held_since = None;
-            return;
-        };
-        record.observed_renewal = Some(renewal.seen_at);
-        record.preemption_held_since = renewal.preemption_held_since;
-        record.renew_period = renewal.period;
-        record.released_by = renewal.released_by.clone();
-        record.released_for = renewal.released_for.clone();
-    }
-
-    fn duration_of(lease: &Lease) -> Option<Duration> {
-        lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs)
-    }
-
-    fn renewal_of(lease: &Lease) -> (Option<String>, Option<Timestamp>) {
-        let spec = lease.spec.as_ref();
-        (
-            spec.and_then(|s| s.holder_identity.clone()),
-            spec.and_then(|s| s.renew_time.as_ref())
-                .map(|t| timestamp(t.0)),
-        )
+        match lock(&self.0).leases.get(key) {
+            Some(remembered) => remembered.memory.annotate(record, now),
+            None => LeaseMemory::default().annotate(record, now),
+        }
     }
 }
 

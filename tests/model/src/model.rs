@@ -4,12 +4,13 @@
 use crate::strategy::{oldest_emulation_version, rank};
 use crate::timing::{Bounds, Timing};
 use crate::world::{
-    Candidate, Controller, Id, LEASE, NAMESPACE, OwnLease, Phase, PodStatus, Renewal, Replica,
-    ReplicaId, ReplicaPhase, Reported, Server, State, StoredCandidate, StoredLease, StoredPod,
-    Time, Violations, announced, id_of, identity, process_dead, stamped_by_holder, timestamp,
+    Candidate, Controller, Id, LEASE, NAMESPACE, OwnLease, Phase, PodStatus, Replica, ReplicaId,
+    ReplicaPhase, Reported, Server, State, StoredCandidate, StoredLease, StoredPod, Time,
+    Violations, announced, id_of, identity, process_dead, stamped_by_holder, timestamp,
 };
 use conclave_core::lease::{LeaseRecord, Release, SitOut};
-use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since, never_renewed_backoff};
+use conclave_core::memory::LeaseMemory;
+use conclave_core::plan::{Liveness, Mode, WriteKind, liveness_since};
 use conclave_core::step::{Outcome, Plan, Settle, StepConfig, StepInput, plan_step};
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
@@ -346,28 +347,12 @@ impl Election {
     fn step_once(&self, state: &mut State, r: usize, lease: Option<StoredLease>) -> bool {
         let now = state.now;
         // `index.rs` `Renewals::sitting_out`: kept by key, they outlive a deleted Lease.
-        let sitting_out: Vec<SitOut> = state.controllers[r]
-            .sitting_out
-            .iter()
-            .zip(self.ids())
-            .filter_map(|(sitting, id)| {
-                sitting
-                    .filter(|(_, until)| *until > now)
-                    .map(|(_, until)| SitOut {
-                        candidate: identity(id),
-                        until: timestamp(until),
-                    })
-            })
-            .collect();
+        let sitting_out: Vec<SitOut> = state.controllers[r].memory.sitting_out(timestamp(now));
         let mut record = lease.map(|stored| {
             let mut record = stored.record();
-            Renewal::annotate(
-                state.controllers[r].renewal.as_ref(),
-                &stored,
-                &mut record,
-                now,
-            );
-            record.sitting_out = sitting_out.clone();
+            state.controllers[r]
+                .memory
+                .annotate(&mut record, timestamp(now));
             record
         });
         if let Some(record) = record.as_mut() {
@@ -402,6 +387,7 @@ impl Election {
             })
             .collect();
         let has_strategy = |strategy: &str| strategy == OLDEST_EMULATION_VERSION;
+        let deleted_while_held_until = Self::held_after_deletion(&mut state.controllers[r], now);
         let plan = plan_step(&StepInput {
             namespace: NAMESPACE,
             name: LEASE,
@@ -412,8 +398,7 @@ impl Election {
             builtin_active: false,
             has_strategy: &has_strategy,
             arrivals: None,
-            deleted_while_held_until: Self::held_after_deletion(&state.controllers[r], now)
-                .map(timestamp),
+            deleted_while_held_until,
             sitting_out: &sitting_out,
         });
         let Plan::Decide(election) = plan else {
@@ -424,9 +409,9 @@ impl Election {
         match election.apply_answer(answer.as_deref()) {
             Outcome::NoWinner { .. } | Outcome::Wait { .. } => false,
             Outcome::AwaitRenewal { .. } => {
-                if let Some(renewal) = state.controllers[r].renewal.as_mut() {
-                    renewal.preemption_held_since.get_or_insert(now);
-                }
+                state.controllers[r]
+                    .memory
+                    .preemption_held_back(timestamp(now));
                 false
             }
             Outcome::Unchanged { probe, .. } => {
@@ -472,31 +457,18 @@ impl Election {
     /// while held, may still lead by controller `controller`'s reckoning at `now`; else, while
     /// the Lease is not among the watched ones, until the end of the hold after a restart's
     /// first list (`Renewals::first_listed`).
-    fn held_after_deletion(controller: &Controller, now: Time) -> Option<Time> {
+    fn held_after_deletion(controller: &mut Controller, now: Time) -> Option<Timestamp> {
+        let unseen_held_until = controller.unseen_held_until;
         controller
-            .deleted_while_held
-            .filter(|until| *until > now)
-            .or_else(|| {
-                controller
-                    .unseen_held_until
-                    .filter(|until| *until > now && controller.delivered.is_none())
-            })
+            .memory
+            .held_after_deletion(timestamp(now), || unseen_held_until.map(timestamp))
     }
 
     /// `index.rs` `Renewals::sit_out`: `id`, written as holder and never renewing, sits out the
     /// Lease's elections, longer each time in a row.
     fn sit_out(state: &mut State, r: usize, id: Id) {
-        let now = state.now;
-        let slot = &mut state.controllers[r].sitting_out[usize::from(id)];
-        let strikes = slot.map_or(1, |(strikes, until)| {
-            if timestamp(until) + never_renewed_backoff(strikes) > timestamp(now) {
-                strikes.saturating_add(1)
-            } else {
-                1
-            }
-        });
-        let until = time_of(Some(timestamp(now) + never_renewed_backoff(strikes)));
-        *slot = Some((strikes, until));
+        let now = timestamp(state.now);
+        state.controllers[r].memory.sit_out(&identity(id), now);
     }
 
     /// `reconcile.rs` `pod_liveness` with `pods.rs` `PodLiveness::check` and `Reports::judge`:
@@ -1228,23 +1200,16 @@ impl Election {
                     && (controller.deletion.is_some() || controller.deleted_by_watch);
                 if let Some(deleted) = state.controllers[r].deletion.take() {
                     // `Renewals::deleted`: the event carries the Lease as stored when deleted.
-                    state.controllers[r].deleted_while_held = deleted.holder.map(|_| {
-                        let renewed = state.controllers[r]
-                            .renewal
-                            .filter(|renewal| renewal.is(&deleted))
-                            .map_or(now, |r| r.seen_at);
-                        renewed + deleted.duration
-                    });
-                    state.controllers[r].renewal = None;
-                }
-                if state.server.lease.is_some() {
-                    state.controllers[r].deleted_while_held = None;
+                    state.controllers[r]
+                        .memory
+                        .deleted(&deleted.record(), timestamp(now));
                 }
                 state.controllers[r].delivered = state.server.lease;
                 state.controllers[r].lease = state.server.lease;
                 if let Some(lease) = state.server.lease {
-                    state.controllers[r].renewal =
-                        Some(Renewal::watched(state.controllers[r].renewal, &lease, now));
+                    state.controllers[r]
+                        .memory
+                        .watched(&lease.record(), timestamp(now));
                 }
             }
             Action::WatchCandidate(r, id) => {
@@ -1270,17 +1235,19 @@ impl Election {
                 // led (issue 47, finding 2).
                 let listed = state.server.lease;
                 let n = self.bounds.candidates;
+                let mut memory = LeaseMemory::default();
+                if let Some(lease) = listed {
+                    memory.listed(&lease.record(), timestamp(now));
+                }
                 state.controllers[r] = Controller {
                     delivered: listed,
                     lease: listed,
                     candidates: state.server.candidates.clone(),
-                    renewal: listed.map(|lease| Renewal::listed(None, &lease, now)),
-                    sitting_out: vec![None; n],
+                    memory,
                     pods: state.server.pods.iter().map(StoredPod::live).collect(),
                     tombstones: vec![None; n],
                     pod_deletions: vec![None; n],
                     reported: None,
-                    deleted_while_held: None,
                     deletion: None,
                     unseen_held_until: Some(now + self.unseen_lease_hold()),
                     deleted_by_watch: false,
@@ -1470,8 +1437,9 @@ impl Election {
     pub fn best_live(&self, state: &State) -> Option<Id> {
         self.ids().find(|id| {
             state.candidates[usize::from(*id)].is_up()
-                && state.controllers[Self::active(state)].sitting_out[usize::from(*id)]
-                    .is_none_or(|(_, until)| until <= state.now)
+                && !state.controllers[Self::active(state)]
+                    .memory
+                    .sits_out(&identity(*id), timestamp(state.now))
         })
     }
 }
@@ -1500,13 +1468,11 @@ impl Model for Election {
             delivered: None,
             lease: None,
             candidates: vec![None; n],
-            renewal: None,
-            sitting_out: vec![None; n],
+            memory: LeaseMemory::default(),
             pods: vec![Some(PodStatus::default()); n],
             tombstones: vec![None; n],
             pod_deletions: vec![None; n],
             reported: None,
-            deleted_while_held: None,
             deletion: None,
             unseen_held_until: None,
             deleted_by_watch: false,

@@ -1,8 +1,12 @@
-//! The state of the modelled system: the API server's objects, the controller's caches and
-//! watched renewals, and each candidate's process. Compact (small integers, candidates by index)
-//! so that the checker can hash millions of states; converted to the core's records for each step.
+//! The state of the modelled system: the API server's objects, the controller's caches and its
+//! memory of the Lease, and each candidate's process. Compact (small integers, candidates by
+//! index) so that the checker can hash millions of states; converted to the core's records for
+//! each step. The controller's memory of the Lease (watched renewals, sit-outs, the hold after a
+//! deletion) is no copy: it is `conclave_core::memory::LeaseMemory`, the type the controller's
+//! index keeps.
 
 use conclave_core::lease::LeaseRecord;
+use conclave_core::memory::LeaseMemory;
 use conclave_core::request::CandidateView;
 use conclave_core::strategy::OLDEST_EMULATION_VERSION;
 use conclave_core::time::Timestamp;
@@ -29,6 +33,13 @@ const EPOCH_SECS: i64 = 1_000;
 #[must_use]
 pub fn timestamp(time: Time) -> Timestamp {
     Timestamp::from_secs(EPOCH_SECS + i64::from(time))
+}
+
+/// A core timestamp as model time, whole seconds cut down.
+#[must_use]
+pub fn model_time(at: Timestamp) -> Time {
+    let secs = at.as_micros().div_euclid(1_000_000) - EPOCH_SECS;
+    Time::try_from(secs).unwrap_or(Time::MAX)
 }
 
 /// The identity of candidate `id`, as written into `holderIdentity`.
@@ -273,129 +284,6 @@ pub struct Replica {
     pub observed: Option<(u8, Time)>,
 }
 
-/// The controller's index entry for the Lease's current renewal (`index.rs` `Renewal`): when it
-/// first saw it (watched arriving, or listed), how long after the same holder's previous one, the
-/// candidate any `preferredHolder` of the tenure asked for, who released the Lease unasked or for
-/// whom, and when a pre-emption of this holder was first held back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Renewal {
-    /// The holder of the renewal.
-    pub holder: Option<Id>,
-    /// Its `renewTime`.
-    pub renew_time: Time,
-    /// When the controller first saw it.
-    pub seen_at: Time,
-    /// Whether it was watched arriving (not listed).
-    pub watched: bool,
-    /// Whether it is the first renewal of its holder the controller saw.
-    pub first_of_holder: bool,
-    /// Seconds since the same holder's previous watched renewal.
-    pub period: Option<i16>,
-    /// The candidate a `preferredHolder` seen during this holder's tenure named.
-    pub asked_for: Option<Id>,
-    /// Who released the Lease unasked.
-    pub released_by: Option<Id>,
-    /// For whom a pre-empted holder released the Lease.
-    pub released_for: Option<Id>,
-    /// When a step first held back a pre-emption of this holder.
-    pub preemption_held_since: Option<Time>,
-}
-
-impl Renewal {
-    /// Whether `lease` carries this renewal.
-    #[must_use]
-    pub fn is(&self, lease: &StoredLease) -> bool {
-        self.holder == lease.holder && self.renew_time == lease.renew_time
-    }
-
-    /// What a release following this renewal means: who released unasked, and for whom.
-    fn release(&self) -> (Option<Id>, Option<Id>) {
-        let Some(holder) = self.holder else {
-            return (self.released_by, self.released_for);
-        };
-        match self.asked_for {
-            Some(successor) => (None, Some(successor)),
-            None => (Some(holder), None),
-        }
-    }
-
-    /// Records a `preferredHolder` that asks the holder to step down.
-    fn saw_preferred(&mut self, preferred: Option<Id>) {
-        if let Some(successor) = preferred.filter(|p| self.holder.is_some_and(|h| h != *p)) {
-            self.asked_for = Some(successor);
-        }
-    }
-
-    /// The entry after the watch delivered `lease` at `now` (`Renewals::watched`).
-    #[must_use]
-    pub fn watched(previous: Option<Self>, lease: &StoredLease, now: Time) -> Self {
-        if let Some(mut same) = previous.filter(|r| r.is(lease)) {
-            same.saw_preferred(lease.preferred);
-            return same;
-        }
-        let (released_by, released_for) = match lease.holder {
-            Some(_) => (None, None),
-            None => previous.map_or((None, None), |p| p.release()),
-        };
-        let same_holder = previous.filter(|p| p.holder.is_some() && p.holder == lease.holder);
-        let mut renewal = Self {
-            holder: lease.holder,
-            renew_time: lease.renew_time,
-            seen_at: now,
-            watched: true,
-            first_of_holder: same_holder.is_none(),
-            period: same_holder
-                .filter(|p| !p.first_of_holder && p.watched)
-                .map(|p| (now - p.seen_at).max(0)),
-            asked_for: same_holder.and_then(|p| p.asked_for),
-            released_by,
-            released_for,
-            preemption_held_since: same_holder.and_then(|p| p.preemption_held_since),
-        };
-        renewal.saw_preferred(lease.preferred);
-        renewal
-    }
-
-    /// The entry after a relist at `now` delivered `lease` (`Renewals::listed`).
-    #[must_use]
-    pub fn listed(previous: Option<Self>, lease: &StoredLease, now: Time) -> Self {
-        if let Some(mut same) = previous.filter(|r| r.is(lease)) {
-            same.saw_preferred(lease.preferred);
-            return same;
-        }
-        let mut renewal = Self {
-            holder: lease.holder,
-            renew_time: lease.renew_time,
-            seen_at: now,
-            watched: false,
-            first_of_holder: true,
-            period: None,
-            asked_for: None,
-            released_by: None,
-            released_for: None,
-            preemption_held_since: None,
-        };
-        renewal.saw_preferred(lease.preferred);
-        renewal
-    }
-
-    /// Fills in what the controller saw of the renewal `record` carries at `now`
-    /// (`Renewals::annotate`): a record newer than the renewal last seen was first seen `now`.
-    pub fn annotate(this: Option<&Self>, lease: &StoredLease, record: &mut LeaseRecord, now: Time) {
-        let Some(renewal) = this.filter(|r| r.is(lease)) else {
-            record.observed_renewal = Some(timestamp(now));
-            return;
-        };
-        record.observed_renewal = Some(timestamp(renewal.seen_at));
-        record.preemption_held_since = renewal.preemption_held_since.map(timestamp);
-        record.renew_period = renewal
-            .period
-            .map(|p| core::time::Duration::from_secs(p as u64));
-        record.released_by = renewal.released_by.map(identity);
-        record.released_for = renewal.released_for.map(identity);
-    }
-}
-
 /// The controller: its cached copies of the objects (each as last delivered by its watch, or its
 /// own write until the next watch event) and its index entry for the Lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -407,11 +295,10 @@ pub struct Controller {
     pub lease: Option<StoredLease>,
     /// The cached LeaseCandidates.
     pub candidates: Vec<Option<StoredCandidate>>,
-    /// The watched renewal of the Lease.
-    pub renewal: Option<Renewal>,
-    /// Each candidate that sits out the Lease's elections (it was written as holder and never
-    /// renewed): how many times in a row, and until when (`index.rs` `Renewals::sit_out`).
-    pub sitting_out: Vec<Option<(u32, Time)>>,
+    /// What the controller's index remembers of the Lease, the real `conclave-core` type that
+    /// `index.rs` `Renewals` keeps by key: its watched renewal, the sit-outs of holders that never
+    /// renewed, and until when its holder may lead after a deletion.
+    pub memory: LeaseMemory,
     /// The cached Pods (`pods.rs`: its own watch, delivered late and apart from the
     /// LeaseCandidates'); `None`: none of that name.
     pub pods: Vec<Option<PodStatus>>,
@@ -423,9 +310,6 @@ pub struct Controller {
     pub pod_deletions: Vec<Option<PodStatus>>,
     /// The holder the kubelet reported dead (`pods.rs` `Reported`), if any.
     pub reported: Option<Reported>,
-    /// Until when the holder of the Lease, deleted while held, may still lead by this
-    /// controller's reckoning (`index.rs` `Renewals::deleted`, `held_after_deletion`).
-    pub deleted_while_held: Option<Time>,
     /// The Lease as stored when it was last deleted, until this controller's watch delivers the
     /// deletion (what its DELETED event carries) or a relist passes it over.
     pub deletion: Option<StoredLease>,
@@ -742,10 +626,13 @@ impl core::fmt::Display for State {
             }
         }
         for (r, controller) in self.controllers.iter().enumerate() {
-            for (id, sitting) in controller.sitting_out.iter().enumerate() {
-                if let Some((strikes, until)) = sitting {
-                    write!(f, " r{r}:c{id}-sits-out[strikes={strikes} until={until}]")?;
-                }
+            for (candidate, strikes) in controller.memory.strikes() {
+                write!(
+                    f,
+                    " r{r}:{candidate}-sits-out[strikes={} until={}]",
+                    strikes.count,
+                    model_time(strikes.until)
+                )?;
             }
             if let Some(reported) = controller.reported {
                 write!(
