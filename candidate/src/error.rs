@@ -88,7 +88,6 @@ pub(crate) fn is_already_exists(error: &kube::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::{CandidateConfig, LeaseConfig};
 
     #[test]
