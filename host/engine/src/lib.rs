@@ -10,7 +10,7 @@
 //! - a **plugin** is one component (built in, or a `.wasm` file from `--plugins DIR`); it implements
 //!   one or more **strategies** (the names in `info()`);
 //! - a plugin is compiled once (or loaded from the on-disk cache), checked and linked once into a
-//!   [`StrategyPre`](plugin::StrategyPre) (wasmtime's `InstancePre`); every election instantiates
+//!   [`StrategyPre`](contract::StrategyPre) (wasmtime's `InstancePre`); every election instantiates
 //!   it afresh from the pooling allocator under per-call [`Limits`], so no state survives a call.
 //!
 //! The answer is checked: a name that is not one of the request's candidates is an
@@ -19,17 +19,19 @@
 //! answer longer than any candidate name is invalid.
 // `deny` rather than `forbid`: two audited `unsafe` calls are allowed where they are made, and
 // nowhere else: loading compiled code from the cache (`compile::load_cached`) and calling `elect`
-// without checking its type again on every call (`plugin::elect_func`).
+// without checking its type again on every call (`contract::elect_func`).
 #![deny(unsafe_code)]
 
 mod bindings;
 mod compile;
+mod contract;
 mod convert;
 mod error;
 mod imports;
 mod limits;
 mod plugin;
 mod registry;
+mod sandbox;
 
 pub use compile::{LoadStats, default_cache_dir};
 pub use error::{CallError, InstallError, LoadError};

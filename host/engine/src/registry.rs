@@ -8,10 +8,12 @@
 //! finishes on the plugin it started with, and a call never waits for a compilation.
 
 use super::compile::{self, Runtime};
+use super::contract::StrategyPre;
 use super::error::{InstallError, LoadError};
 use super::imports;
 use super::limits::LimitOverrides;
-use super::plugin::{self, CallState, Plugin, PluginInfo, PluginSource, StrategyPre};
+use super::plugin::{Plugin, PluginInfo, PluginSource};
+use super::sandbox::{self, CallState};
 use super::{DirSync, EngineConfig};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -93,7 +95,7 @@ impl Registry {
             .validate()
             .map_err(|reason| LoadError::DefaultLimits { reason })?;
         let runtime = Runtime::new()?;
-        let linker = plugin::linker(&runtime, config.allow_wasi)?;
+        let linker = sandbox::linker(&runtime, config.allow_wasi)?;
         let shared = Shared {
             runtime,
             linker,
