@@ -90,8 +90,9 @@ for line in sys.stdin:
 }
 mapfile -t deploy_tests < <(test_binaries conclave-deploy-tests)
 mapfile -t testkit_tests < <(test_binaries conclave-testkit)
-if [ "${#deploy_tests[@]}" -eq 0 ] || [ "${#testkit_tests[@]}" -eq 0 ]; then
-  echo "no test binaries of tests/deploy or tests/support found" >&2
+mapfile -t model_tests < <(test_binaries conclave-model)
+if [ "${#deploy_tests[@]}" -eq 0 ] || [ "${#testkit_tests[@]}" -eq 0 ] || [ "${#model_tests[@]}" -eq 0 ]; then
+  echo "no test binaries of tests/deploy, tests/support or tests/model found" >&2
   exit 1
 fi
 
@@ -135,12 +136,36 @@ done
 ) >"$deploy_log" 2>&1 &
 deploy_pid=$!
 
-section "tests: workspace tests (all but tests/deploy and tests/support)"
+# The model checks (tests/model: millions of states through the core, CPU-bound for about two
+# minutes) run beside the workspace tests too, in a lane of their own: most of those tests wait on
+# Lease timers and processes and leave the cores idle.
+model_log=$(mktemp) model_status=$(mktemp)
+(
+  lane_status=0
+  for test in "${model_tests[@]}"; do
+    echo "     Running $test"
+    timed "beside: model test $(basename "$test")" bash -c 'cd tests/model && "$1"' - "$test" \
+      || lane_status=$?
+  done
+  echo "$lane_status" >"$model_status"
+) >"$model_log" 2>&1 &
+model_pid=$!
+
+section "tests: workspace tests (all but tests/deploy, tests/support and tests/model)"
 workspace_log=$(mktemp)
-cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit --no-fail-fast 2>&1 \
-  | tee "$workspace_log" || status=$?
+cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit \
+  --exclude conclave-model --no-fail-fast 2>&1 | tee "$workspace_log" || status=$?
 test_binary_times "$workspace_log"
 rm -f "$workspace_log"
+
+section "tests: model checks (run meanwhile)"
+wait "$model_pid" || true
+cat "$model_log"
+model_lane_status=$(cat "$model_status")
+rm -f "$model_log" "$model_status"
+if [ "${model_lane_status:-1}" -ne 0 ]; then
+  status=${model_lane_status:-1}
+fi
 
 section "tests: static binary and image (built meanwhile)"
 wait "$deploy_pid" || true
