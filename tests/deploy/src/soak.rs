@@ -31,7 +31,7 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use conclave_testkit::Node;
@@ -89,7 +89,8 @@ pub struct NodeSoakConfig {
     /// The dice's seed.
     pub seed: u64,
     /// Where each process's output goes, as the checker read it (`<pod>#<restart>.out`, with the
-    /// driver's `killed` line): what to read when the verdict is not clean.
+    /// driver's `killed` line), and each controller replica's log
+    /// (`controller-<pod>#<restart>.log`): what to read when the verdict is not clean.
     pub output_dir: PathBuf,
 }
 
@@ -174,8 +175,8 @@ impl Dice {
     }
 }
 
-/// The candidates' logs, by (Pod name, Pod uid, restart).
-type CandidateLogs = BTreeMap<(String, String, u32), Vec<u8>>;
+/// Container logs, by (Pod name, Pod uid, restart).
+type ContainerLogs = BTreeMap<(String, String, u32), Vec<u8>>;
 
 /// One container instance's log (`<pod uid>/<restart>.log`), as read so far.
 #[derive(Default)]
@@ -217,29 +218,32 @@ impl Collector {
         }
     }
 
-    /// Stops following and returns every candidate log read, (Pod name, Pod uid, restart) ->
-    /// bytes, and the controller replicas' logs.
-    fn finish(mut self) -> (CandidateLogs, Vec<Vec<u8>>) {
+    /// Stops following and returns every log read, (Pod name, Pod uid, restart) -> bytes: the
+    /// candidates' and the controller replicas'.
+    fn finish(mut self) -> (ContainerLogs, ContainerLogs) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
         let logs = std::mem::take(&mut *self.logs.lock().unwrap_or_else(|e| e.into_inner()));
-        let (controllers, candidates): (Vec<_>, Vec<_>) =
-            logs.into_iter().partition(|(_, log)| log.controller);
-        let candidates = candidates
-            .into_iter()
-            .filter_map(|(path, log)| {
+        let (mut candidates, mut controllers) = (ContainerLogs::new(), ContainerLogs::new());
+        for (path, log) in logs {
+            let instance = (|| {
                 let restart = path.file_stem()?.to_str()?.parse().ok()?;
                 let uid = path.parent()?.parent()?.file_name()?.to_str()?;
-                let uid = uid.rsplit('_').next()?.to_owned();
-                Some(((log.pod, uid, restart), log.text))
-            })
-            .collect();
-        (
-            candidates,
-            controllers.into_iter().map(|(_, log)| log.text).collect(),
-        )
+                Some((uid.rsplit('_').next()?.to_owned(), restart))
+            })();
+            let Some((uid, restart)) = instance else {
+                continue;
+            };
+            let logs = if log.controller {
+                &mut controllers
+            } else {
+                &mut candidates
+            };
+            logs.insert((log.pod, uid, restart), log.text);
+        }
+        (candidates, controllers)
     }
 }
 
@@ -488,6 +492,8 @@ struct Soak<'a> {
     serial: usize,
     /// When the driver saw each killed instance's process gone: (Pod uid, restart) -> reading.
     kills: BTreeMap<(String, u32), u64>,
+    /// When the driver saw the process of a force-deleted Pod gone (the kubelet ended it).
+    reaped: Arc<Mutex<BTreeMap<(String, u32), u64>>>,
     /// The last holder seen on each Lease, and the changes seen.
     last_holders: BTreeMap<usize, String>,
     holder_changes: usize,
@@ -510,9 +516,12 @@ struct ServiceAddress {
 }
 
 /// A process whose network namespace drops its API server traffic, until `heal_at`.
+#[derive(Clone)]
 struct Cut {
     pid: u32,
     heal_at: Instant,
+    /// Its container instance: (Pod uid, restart).
+    instance: (String, u32),
 }
 
 /// The `kubernetes` Service's address, which in-cluster clients (`KUBERNETES_SERVICE_HOST`) reach
@@ -628,19 +637,44 @@ impl Soak<'_> {
 
     /// Cuts the process of `pod`'s running container off from the API server for `secs`
     /// seconds; `false` when no container runs.
-    fn cut_off(&mut self, pod: &Pod, container: &str, secs: u64) -> Result<bool, Error> {
-        let Some((container_id, _)) = running_container_named(pod, container) else {
-            return Ok(false);
+    fn cut_off(&mut self, pod: &Pod, container: &str, secs: u64) -> Result<Option<Cut>, Error> {
+        let Some((container_id, restart)) = running_container_named(pod, container) else {
+            return Ok(None);
         };
         let Ok(pid) = self.node.container_pid(&container_id) else {
-            return Ok(false);
+            return Ok(None);
         };
         firewall(pid, &self.api_server, "-I")?;
-        self.cuts.push(Cut {
+        let cut = Cut {
             pid,
             heal_at: Instant::now() + Duration::from_secs(secs),
+            instance: (
+                pod.metadata.uid.clone().unwrap_or_default(),
+                u32::try_from(restart).unwrap_or(0),
+            ),
+        };
+        self.cuts.push(cut.clone());
+        Ok(Some(cut))
+    }
+
+    /// Stamps, on the monotonic clock, when the process of a force-deleted Pod is gone (the
+    /// kubelet ends it on its own, SIGKILL after a short grace): the end of its term, as the
+    /// driver's `killed` line says for the containers it kills.
+    fn stamp_when_gone(&self, cut: Cut) {
+        let reaped = Arc::clone(&self.reaped);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + GONE_TIMEOUT;
+            while !process_gone(cut.pid) {
+                if Instant::now() > deadline {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            reaped
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(cut.instance, monotonic_ns());
         });
-        Ok(true)
     }
 
     /// Heals the cuts that are due (all of them with `all`). A process that has gone meanwhile
@@ -673,9 +707,9 @@ impl Soak<'_> {
             + self
                 .dice
                 .below(CANDIDATE_CUT_SECS.end - CANDIDATE_CUT_SECS.start);
-        if !self.cut_off(leader, CONTAINER, secs)? {
+        let Some(cut) = self.cut_off(leader, CONTAINER, secs)? else {
             return Ok(());
-        }
+        };
         self.report.cut_offs += 1;
         let then = self.dice.below(4);
         if then < 2 {
@@ -684,6 +718,7 @@ impl Soak<'_> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let name = leader.metadata.name.clone().unwrap_or_default();
         self.force_delete_pod(&name).await?;
+        self.stamp_when_gone(cut);
         self.report.force_deletions += 1;
         if then == 3 {
             self.start_pod_named(lease, name, minor).await?;
@@ -906,7 +941,7 @@ impl Soak<'_> {
                 CONTROLLER_CUT_SECS
             };
             let secs = range.start + self.dice.below(range.end - range.start);
-            if self.cut_off(active, CONTROLLER_CONTAINER, secs)? {
+            if self.cut_off(active, CONTROLLER_CONTAINER, secs)?.is_some() {
                 self.controller_cut_until = Some(Instant::now() + Duration::from_secs(secs));
                 self.report.controller_cut_offs.0 += 1;
                 self.report.controller_cut_offs.1 += usize::from(long);
@@ -987,6 +1022,7 @@ pub async fn run(
         created: BTreeMap::new(),
         serial: 0,
         kills: BTreeMap::new(),
+        reaped: Arc::default(),
         last_holders: BTreeMap::new(),
         holder_changes: 0,
         holders_seen: BTreeSet::new(),
@@ -1045,10 +1081,19 @@ pub async fn run(
     // The last lines of the deleted Pods' processes reach their logs within the poll interval.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (logs, controller_logs) = collector.finish();
-    soak.report.watches_gone = controller_logs
-        .iter()
-        .map(|log| cri_lines(log).lines().filter(|l| is_watch_gone(l)).count())
-        .sum();
+    for ((pod, _, restart), text) in &controller_logs {
+        let lines = cri_lines(text);
+        soak.report.watches_gone += lines.lines().filter(|l| is_watch_gone(l)).count();
+        let file = soak
+            .config
+            .output_dir
+            .join(format!("controller-{pod}#{restart}.log"));
+        std::fs::write(&file, &lines).map_err(|source| Error::Io {
+            context: format!("writing {}", file.display()),
+            source,
+        })?;
+    }
+    let reaped = std::mem::take(&mut *soak.reaped.lock().unwrap_or_else(PoisonError::into_inner));
     let mut checker = Checker::default();
     let mut killed = BTreeSet::new();
     let (mut read, mut led) = (BTreeSet::new(), BTreeSet::new());
@@ -1057,9 +1102,14 @@ pub async fn run(
             continue;
         };
         let mut output = cri_lines(text);
-        if let Some(at) = soak.kills.get(&(uid.clone(), *restart)) {
+        let instance = (uid.clone(), *restart);
+        if let Some(at) = soak.kills.get(&instance) {
             output.push_str(&format!("{{\"event\":\"killed\",\"monotonic_ns\":{at}}}\n"));
             killed.extend(elected_as(&output));
+        } else if let Some(at) = reaped.get(&instance) {
+            // Ended by the kubelet after a force delete, not by the driver: a `HolderDead` Event
+            // naming it still counts as naming a live process.
+            output.push_str(&format!("{{\"event\":\"killed\",\"monotonic_ns\":{at}}}\n"));
         }
         let took_part_as = elected_as(&output);
         if output.contains("\"event\":\"leading\"") {
