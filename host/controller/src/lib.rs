@@ -608,7 +608,7 @@ async fn lead(ctx: Arc<Context>, leadership: &Leadership, term: conclave_candida
                     &hold_ctx.config.identity,
                 ),
                 prefix: takeover::identity_prefix(&hold_ctx.config.controller_namespace),
-                lease_duration: hold_ctx.config.own_lease_duration,
+                lease_duration: hold_ctx.config.own_lease_duration * takeover::HOLD_DURATIONS,
                 renew_deadline: hold_ctx.config.own_renew_deadline,
                 retry_period: hold_ctx.config.own_retry_period,
                 api_timeout: hold_ctx.config.api_timeout,

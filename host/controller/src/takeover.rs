@@ -33,10 +33,12 @@
 //!   kube-apiserver's release racing its shutdown can blank it), ends the take-over at once:
 //!   the Leases are left to the built-in controller again, and the take-over starts over.
 //! - **Giving it back**: when this replica stops leading it stops renewing, without releasing,
-//!   so that the next active replica takes it over at once. When none comes (`helm uninstall`,
+//!   so that the next active replica takes it over at once: the Lease is written with
+//!   [`HOLD_DURATIONS`] of the controller's own lease durations, so that it is still this
+//!   installation's when the next replica becomes active. When none comes (`helm uninstall`,
 //!   every replica gone) the Lease expires and a kube-apiserver takes it: within its duration
-//!   plus two of the apiservers' retry periods (each 2 to 4.4 s), measured from the last
-//!   renewal. `--take-over=false` gives it back the same way.
+//!   (30 s with the defaults) plus two of the apiservers' retry periods (each 2 to 4.4 s),
+//!   measured from the last renewal. `--take-over=false` gives it back the same way.
 //!
 //! While this replica holds the Lease no kube-apiserver runs the built-in LeaseCandidate garbage
 //! collector either: Conclave's own (`--candidate-gc-after`) covers every candidate it elects for.
@@ -60,6 +62,18 @@ use tokio_util::sync::CancellationToken;
 /// retry period), its renew deadline, then its release attempt (bounded by the renew deadline)
 /// each take less than one.
 pub const WAIT_DURATIONS: u32 = 3;
+
+/// How many of the controller's own lease durations the built-in's Lease is written with. After
+/// a fail-over between replicas (the active one killed, cut off or frozen), the next replica
+/// becomes active at most one own lease duration plus a retry period after the last renewal: a
+/// take-over Lease of the same duration would expire about then, a kube-apiserver polling it
+/// would take it first about half the time, and the new active replica would then wait
+/// [`WAIT_DURATIONS`] of the apiserver's durations (30 s with the node's timers) with nobody
+/// electing; a node soak with controller kills and cut-offs saw every Lease without a holder for
+/// minutes when such fail-overs came in a row. Written twice as long, it is still this
+/// installation's when the next replica looks, and that replica elects at once. The cost: when
+/// every replica is gone, the built-in controller resumes after this longer duration.
+pub const HOLD_DURATIONS: u32 = 2;
 
 /// The lease duration assumed for a replaced holder whose Lease does not say (kube-apiserver's
 /// default, `--coordinated-leadership-lease-duration`).
