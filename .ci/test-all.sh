@@ -109,15 +109,24 @@ static_log=$(mktemp) deploy_log=$(mktemp) static_status=$(mktemp) deploy_status=
   echo "$build_status" >"$static_status"
 ) >"$static_log" 2>&1 &
 
+# Runs each test binary (the arguments after the first two) from directory $2, each timed under
+# label $1 and its file name; returns the exit status of the last one that failed, 0 if none did.
+run_test_binaries() {
+  local label=$1 dir=$2 test result=0
+  shift 2
+  for test in "$@"; do
+    echo "     Running $test"
+    timed "$label $(basename "$test")" bash -c 'cd "$1" && "$2"' - "$dir" "$test" || result=$?
+  done
+  return "$result"
+}
+
 status=0
 section "tests: testkit tests (before the deploy tests: both start the machine's one node)"
 # The node the testkit's tests start waits for the machine-wide node lock, but the README's
 # quick start (`cluster.sh up`, in the deploy tests) refuses to start while another node runs:
 # these run before the deploy lane starts.
-for test in "${testkit_tests[@]}"; do
-  echo "     Running $test"
-  timed "test binary: testkit $(basename "$test")" bash -c 'cd tests/support && "$1"' - "$test" || status=$?
-done
+run_test_binaries "test binary: testkit" tests/support "${testkit_tests[@]}" || status=$?
 
 (
   while [ ! -s "$static_status" ]; do sleep 2; done
@@ -127,11 +136,7 @@ done
     exit 0
   fi
   lane_status=0
-  for test in "${deploy_tests[@]}"; do
-    echo "     Running $test"
-    timed "background: deploy test $(basename "$test")" bash -c 'cd tests/deploy && "$1"' - "$test" \
-      || lane_status=$?
-  done
+  run_test_binaries "background: deploy test" tests/deploy "${deploy_tests[@]}" || lane_status=$?
   echo "$lane_status" >"$deploy_status"
 ) >"$deploy_log" 2>&1 &
 deploy_pid=$!
@@ -142,11 +147,7 @@ deploy_pid=$!
 model_log=$(mktemp) model_status=$(mktemp)
 (
   lane_status=0
-  for test in "${model_tests[@]}"; do
-    echo "     Running $test"
-    timed "beside: model test $(basename "$test")" bash -c 'cd tests/model && "$1"' - "$test" \
-      || lane_status=$?
-  done
+  run_test_binaries "beside: model test" tests/model "${model_tests[@]}" || lane_status=$?
   echo "$lane_status" >"$model_status"
 ) >"$model_log" 2>&1 &
 model_pid=$!
