@@ -14,10 +14,33 @@ started=$(date +%s)
 source .ci/times.sh
 
 rustup target add wasm32-wasip2 >/dev/null
+# shellcheck source=.ci/build-env.sh
+source .ci/build-env.sh
+
+# cargo for the workspace's test build: the same environment every time, so a later call finds
+# the first one's build fresh.
+workspace_cargo() {
+  env "${build_env[@]}" cargo "$@"
+}
+
 section "tests: prepare (control plane, node, helm, prometheus, registry)"
 for prepare in .ci/prepare-kube.sh .ci/prepare-node.sh .ci/prepare-helm.sh .ci/prepare-prometheus.sh .ci/prepare-registry.sh; do
   if [ -f "$prepare" ]; then timed "tests: $prepare" bash "$prepare"; fi
 done
+
+# The static release build and the image made of it (about 10 minutes of CPU on 2 cores) are
+# needed only by tests/deploy. They are built in the background, niced, once the preparations
+# (whose apt-get installs must not run beside its own) are done: they take
+# the cores whenever the foreground leaves one idle (a build's serial stretches, tests waiting on
+# Lease expiries, watches and processes). The deploy tests (the chart, the image, the node) follow
+# in the same background lane once the testkit tests are done. Its output goes to a log shown after.
+static_log=$(mktemp) deploy_log=$(mktemp) static_status=$(mktemp) deploy_status=$(mktemp)
+(
+  build_status=0
+  (timed "background: static binary (niced)" nice -n 19 bash .ci/prepare-static.sh &&
+    timed "background: image" nice -n 19 bash .ci/prepare-image.sh) || build_status=$?
+  echo "$build_status" >"$static_status"
+) >"$static_log" 2>&1 &
 
 # Tests that need the real control plane, the node, kubectl, helm, the conclave binary or the
 # static image binary fail (instead of skipping) when these are missing: this script provides them
@@ -39,16 +62,18 @@ promtool check rules deploy/prometheus/conclave-rules.yaml
 promtool test rules deploy/prometheus/conclave-rules.test.yaml
 
 section "tests: strategy plugins (wasm32-wasip2)"
-(cd strategies && cargo build --target wasm32-wasip2 --release)
+(cd strategies && env "${build_env[@]}" cargo build --target wasm32-wasip2 --release)
+
+section "tests: test build (every target: the tests, the benches and examples compile too)"
+# The test build makes target/debug/conclave too (the CLI's tests run it): building it here with
+# the workspace's features, not `cargo build -p conclave`'s narrower ones, keeps the test step from
+# compiling about 110 dependencies a second time (14m56 of two builds became one of 10m57).
+workspace_cargo test --workspace --all-targets --no-run
 
 section "tests: strategy vectors"
 # tests/vectors/NAME.json holds the vectors of the plugin crate strategies/NAME; each runs against
 # the component just built from that crate (beta plugins are not built in, so they are tested as
 # the .wasm files operators load with --plugins DIR).
-# The test build makes target/debug/conclave too (the CLI's tests run it): building it here with
-# the workspace's features, not `cargo build -p conclave`'s narrower ones, keeps the test step from
-# compiling about 110 dependencies a second time (14m56 of two builds became one of 10m57).
-cargo test --workspace --no-run
 plugins=target/wasm/wasm32-wasip2/release
 for vectors in tests/vectors/*.json; do
   plugin=$(basename "$vectors" .json)
@@ -73,20 +98,39 @@ bash .ci/prepare-langs.sh
 export CONCLAVE_REQUIRE_LANGS=1
 
 section "tests: plugin workspace unit tests (native)"
-(cd strategies && cargo test)
+(cd strategies && env "${build_env[@]}" cargo test)
 
-# The test binaries of the two packages whose tests are run apart from the others below, from the
-# workspace build above: `cargo test -p PACKAGE` would resolve features for that one package and
-# compile about a hundred dependencies again.
-test_binaries() {
-  cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, sys
+# Every test binary of the workspace build above, as lines "PACKAGE<TAB>DIRECTORY<TAB>BINARY"
+# (libraries', binaries' and test targets' harnesses; the benches and examples only compile).
+# They are run directly, from their package's directory as cargo runs them: `cargo test -p
+# PACKAGE` would resolve features for that one package and compile about a hundred dependencies
+# again, and one `cargo test` runs its binaries one after another.
+binaries_list=$(mktemp)
+workspace_cargo test --workspace --all-targets --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, os, sys
 for line in sys.stdin:
     message = json.loads(line)
     if (message.get("reason") == "compiler-artifact" and message.get("executable")
-            and message["profile"]["test"] and "#" + sys.argv[1] + "@" in message["package_id"]):
-        print(message["executable"])
-' "$1"
+            and message["profile"]["test"]
+            and set(message["target"]["kind"]) & {"lib", "bin", "test", "proc-macro"}):
+        # "path+file:///DIR#NAME@VERSION", or "path+file:///DIR#VERSION" when NAME is the last part of DIR.
+        url, _, fragment = message["package_id"].partition("#")
+        package = fragment.split("@")[0] if "@" in fragment else url.rsplit("/", 1)[-1]
+        directory = os.path.dirname(message["manifest_path"])
+        print(package, directory, message["executable"], sep="\t")
+' >"$binaries_list"
+# The binaries of package $1, one per line (--except: of every package but those named).
+test_binaries() {
+  if [ "$1" = --except ]; then
+    shift
+    awk -F'\t' -v skip=" $* " 'index(skip, " " $1 " ") == 0 { print $3 }' "$binaries_list"
+  else
+    awk -F'\t' -v package="$1" '$1 == package { print $3 }' "$binaries_list"
+  fi
+}
+# The directory of package $1's binaries (its manifest's).
+package_dir() {
+  awk -F'\t' -v package="$1" '$1 == package { print $2; exit }' "$binaries_list"
 }
 mapfile -t deploy_tests < <(test_binaries conclave-deploy-tests)
 mapfile -t testkit_tests < <(test_binaries conclave-testkit)
@@ -96,37 +140,55 @@ if [ "${#deploy_tests[@]}" -eq 0 ] || [ "${#testkit_tests[@]}" -eq 0 ] || [ "${#
   exit 1
 fi
 
-# The static release build and the image made of it (about 10 minutes of CPU on 2 cores) are
-# needed only by tests/deploy. They are built in the background, niced, while the other tests
-# run: those mostly wait (on Lease expiries, watches, processes), and the build takes the idle
-# cores. The deploy tests (the chart, the image, the node) follow in the same background lane,
-# beside the workspace tests, for the same reason. Their output goes to a log shown after.
-static_log=$(mktemp) deploy_log=$(mktemp) static_status=$(mktemp) deploy_status=$(mktemp)
-(
-  build_status=0
-  (timed "background: static binary (niced)" nice -n 19 bash .ci/prepare-static.sh &&
-    timed "background: image" bash .ci/prepare-image.sh) || build_status=$?
-  echo "$build_status" >"$static_status"
-) >"$static_log" 2>&1 &
+# Runs the test binary $3 from directory $2, timed under label $1 and the binary's name (its file
+# name without cargo's hash) and directory. Its output is printed whole when it ends, so binaries
+# run side by side do not mix their lines.
+run_test_binary() {
+  local label=$1 dir=$2 test=$3 name log status=0
+  name=$(basename "$test")
+  log=$(mktemp)
+  timed "$label ${name%-*} (${dir#"$PWD"/})" bash -c 'cd "$1" && "$2"' - "$dir" "$test" >"$log" 2>&1 || status=$?
+  {
+    flock 9
+    echo "     Running $test (exit $status)"
+    cat "$log"
+  } 9>>"$CI_TIMES.output-lock"
+  rm -f "$log"
+  return "$status"
+}
+export -f run_test_binary timed
 
-# Runs each test binary (the arguments after the first two) from directory $2, each timed under
-# label $1 and its file name; returns the exit status of the last one that failed, 0 if none did.
+# Runs each test binary (the arguments after the first two) from directory $2, one after another,
+# under label $1; returns the exit status of the last one that failed, 0 if none did.
 run_test_binaries() {
   local label=$1 dir=$2 test result=0
   shift 2
   for test in "$@"; do
-    echo "     Running $test"
-    timed "$label $(basename "$test")" bash -c 'cd "$1" && "$2"' - "$dir" "$test" || result=$?
+    run_test_binary "$label" "$dir" "$test" || result=$?
   done
   return "$result"
 }
 
 status=0
+# The doc tests and the model checks (tests/model: millions of states through the core, CPU-bound
+# for about two minutes) run in a lane of their own, beside the testkit tests and the workspace
+# tests: most of those wait on Lease timers, nodes and processes and leave the cores idle.
+beside_log=$(mktemp) beside_status=$(mktemp)
+(
+  lane_status=0
+  # The whole workspace, as built above: excluding packages would resolve features anew and
+  # compile a hundred dependencies again.
+  timed "beside: doc tests" workspace_cargo test --workspace --doc || lane_status=$?
+  run_test_binaries "beside: model test" "$(package_dir conclave-model)" "${model_tests[@]}" || lane_status=$?
+  echo "$lane_status" >"$beside_status"
+) >"$beside_log" 2>&1 &
+beside_pid=$!
+
 section "tests: testkit tests (before the deploy tests: both start the machine's one node)"
 # The node the testkit's tests start waits for the machine-wide node lock, but the README's
 # quick start (`cluster.sh up`, in the deploy tests) refuses to start while another node runs:
 # these run before the deploy lane starts.
-run_test_binaries "test binary: testkit" tests/support "${testkit_tests[@]}" || status=$?
+run_test_binaries "test binary: testkit" "$(package_dir conclave-testkit)" "${testkit_tests[@]}" || status=$?
 
 (
   while [ ! -s "$static_status" ]; do sleep 2; done
@@ -136,36 +198,42 @@ run_test_binaries "test binary: testkit" tests/support "${testkit_tests[@]}" || 
     exit 0
   fi
   lane_status=0
-  run_test_binaries "background: deploy test" tests/deploy "${deploy_tests[@]}" || lane_status=$?
+  run_test_binaries "background: deploy test" "$(package_dir conclave-deploy-tests)" "${deploy_tests[@]}" || lane_status=$?
   echo "$lane_status" >"$deploy_status"
 ) >"$deploy_log" 2>&1 &
 deploy_pid=$!
 
-# The model checks (tests/model: millions of states through the core, CPU-bound for about two
-# minutes) run beside the workspace tests too, in a lane of their own: most of those tests wait on
-# Lease timers and processes and leave the cores idle.
-model_log=$(mktemp) model_status=$(mktemp)
-(
-  lane_status=0
-  run_test_binaries "beside: model test" tests/model "${model_tests[@]}" || lane_status=$?
-  echo "$lane_status" >"$model_status"
-) >"$model_log" 2>&1 &
-model_pid=$!
+# The workspace's test binaries, the longest first as last measured (the rest follow in the
+# build's order), taken three at a time: each waits mostly on Lease expiries, processes and
+# watches, so three side by side finish in about half the time of one after another.
+longest_first="controller_real controller_emulator demo_status differential_random soak split_brain_processes prometheus"
+section "tests: workspace tests (all but tests/deploy, tests/support and tests/model; three at a time)"
+lanes_status=0
+{
+  mapfile -t workspace_tests < <(test_binaries --except conclave-deploy-tests conclave-testkit conclave-model)
+  for name in $longest_first; do
+    for test in "${workspace_tests[@]}"; do
+      if [[ $(basename "$test") == "$name"-* ]]; then echo "$test"; fi
+    done
+  done
+  for test in "${workspace_tests[@]}"; do
+    if [[ " $longest_first " != *" $(basename "$test" | sed 's/-[0-9a-f]*$//') "* ]]; then echo "$test"; fi
+  done
+} | while read -r test; do
+  # The package directory of each binary, from the list.
+  awk -F'\t' -v test="$test" '$3 == test { print $2; print $3 }' "$binaries_list"
+done | xargs -r -d '\n' -n 2 -P 3 bash -c 'run_test_binary "test binary:" "$1" "$2"' - || lanes_status=$?
+if [ "$lanes_status" -ne 0 ]; then
+  status=$lanes_status
+fi
 
-section "tests: workspace tests (all but tests/deploy, tests/support and tests/model)"
-workspace_log=$(mktemp)
-cargo test --workspace --exclude conclave-deploy-tests --exclude conclave-testkit \
-  --exclude conclave-model --no-fail-fast 2>&1 | tee "$workspace_log" || status=$?
-test_binary_times "$workspace_log"
-rm -f "$workspace_log"
-
-section "tests: model checks (run meanwhile)"
-wait "$model_pid" || true
-cat "$model_log"
-model_lane_status=$(cat "$model_status")
-rm -f "$model_log" "$model_status"
-if [ "${model_lane_status:-1}" -ne 0 ]; then
-  status=${model_lane_status:-1}
+section "tests: doc tests and model checks (run meanwhile)"
+wait "$beside_pid" || true
+cat "$beside_log"
+beside_lane_status=$(cat "$beside_status")
+rm -f "$beside_log" "$beside_status"
+if [ "${beside_lane_status:-1}" -ne 0 ]; then
+  status=${beside_lane_status:-1}
 fi
 
 section "tests: static binary and image (built meanwhile)"
@@ -175,7 +243,7 @@ section "tests: deploy tests (the chart, the image, the node; run meanwhile)"
 cat "$deploy_log"
 build_status=$(cat "$static_status") lane_status=$(cat "$deploy_status")
 build_status=${build_status:-1} lane_status=${lane_status:-1}
-rm -f "$static_log" "$deploy_log" "$static_status" "$deploy_status"
+rm -f "$static_log" "$deploy_log" "$static_status" "$deploy_status" "$binaries_list" "$CI_TIMES.output-lock"
 if [ "$build_status" -ne 0 ]; then
   echo "the static binary or the image failed to build (exit $build_status)" >&2
   exit "$build_status"

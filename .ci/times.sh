@@ -1,8 +1,7 @@
 # Sourced by .ci/run and .ci/test-all.sh: where CI's time goes. Each `section NAME` ends the
 # previous section of the same script and starts NAME; `timed NAME COMMAND...` times one command
-# (the background lane's steps); `test_binary_times LOG` adds each test binary's own time from a
-# `cargo test` log. Every entry goes to $CI_TIMES (a file shared with child scripts), and the
-# script that created it prints the table at its end with `print_times`.
+# (a test binary, a background lane's step). Every entry goes to $CI_TIMES (a file shared with
+# child scripts), and the script that created it prints the table at its end with `print_times`.
 if [ -z "${CI_TIMES:-}" ]; then
   CI_TIMES=$(mktemp)
   CI_TIMES_OWNER=$$
@@ -35,34 +34,11 @@ timed() {
   return "$status"
 }
 
-# Records the time of each test binary in the `cargo test` log $1 (its "Running" or "Doc-tests"
-# line, then libtest's "finished in" line).
-test_binary_times() {
-  python3 - "$1" >>"$CI_TIMES" <<'PY'
-import re, sys
-name = None
-for line in open(sys.argv[1], errors="replace"):
-    running = re.match(r"\s+Running (?:unittests )?(\S+)(?: \((\S+)\))?", line)
-    doc = re.match(r"\s+Doc-tests (\S+)", line)
-    if running:
-        binary = running.group(2) or running.group(1)
-        # target/debug/deps/<name>-<hash>: the name, with the source file it was built from.
-        stem = re.sub(r"-[0-9a-f]{16}$", "", binary.rsplit("/", 1)[-1])
-        name = f"test {stem} ({running.group(1)})"
-    elif doc:
-        name = f"doc-tests {doc.group(1)}"
-    finished = re.search(r"finished in ([0-9.]+)s", line)
-    if finished and name:
-        print(f"{round(float(finished.group(1)))}\ttest binary: {name}")
-        name = None
-PY
-}
-
 # Prints the table, longest first, if this script created $CI_TIMES.
 print_times() {
   section_end
   if [ "${CI_TIMES_OWNER:-}" = "$$" ]; then
-    echo "== where the time went (seconds; the background lane ran beside the workspace tests)"
+    echo "== where the time went (seconds; the lanes marked background and beside ran beside the tests)"
     sort -t$'\t' -k1,1nr "$CI_TIMES" | awk -F'\t' '{ printf "%6d  %s\n", $1, $2 }'
     rm -f "$CI_TIMES"
   fi
