@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
 use std::io::Read as _;
+use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -519,6 +520,11 @@ struct ServiceAddress {
 #[derive(Clone)]
 struct Cut {
     pid: u32,
+    /// Its Pod's network namespace, held open. The namespace is the Pod's, not the process's: a
+    /// container the kubelet restarts after a kill joins the same one, so the heal finds it
+    /// through this handle (the cut process's pid is gone by then, and the restarted process
+    /// would otherwise stay cut off for good).
+    namespace: Arc<File>,
     heal_at: Instant,
     /// Its container instance: (Pod uid, restart).
     instance: (String, u32),
@@ -540,22 +546,20 @@ async fn api_server_service(client: &Client) -> Result<ServiceAddress, Error> {
     Ok(ServiceAddress { ip, port })
 }
 
-/// Adds (`-I`) or removes (`-D`) the rules that drop, in process `pid`'s network namespace, every
-/// TCP packet to and from the API server's Service: a partition, as the process sees one (its
-/// requests and watches hang; nothing is refused).
-fn firewall(pid: u32, api_server: &ServiceAddress, operation: &str) -> Result<(), Error> {
+/// Adds (`-I`) or removes (`-D`) the rules that drop, in network namespace `namespace` (an open
+/// `/proc/PID/ns/net`), every TCP packet to and from the API server's Service: a partition, as
+/// the Pod's processes see one (their requests and watches hang; nothing is refused).
+fn firewall(namespace: &File, api_server: &ServiceAddress, operation: &str) -> Result<(), Error> {
     let port = api_server.port.to_string();
+    // nsenter opens the namespace through this process's descriptor of it.
+    let namespace = format!(
+        "--net=/proc/{}/fd/{}",
+        std::process::id(),
+        namespace.as_raw_fd()
+    );
     for (chain, address, port_match) in [("OUTPUT", "-d", "--dport"), ("INPUT", "-s", "--sport")] {
         let output = Command::new("nsenter")
-            .args([
-                "-t",
-                &pid.to_string(),
-                "-n",
-                "iptables",
-                "-w",
-                operation,
-                chain,
-            ])
+            .args([namespace.as_str(), "iptables", "-w", operation, chain])
             .args([
                 "-p",
                 "tcp",
@@ -573,7 +577,7 @@ fn firewall(pid: u32, api_server: &ServiceAddress, operation: &str) -> Result<()
             })?;
         if !output.status.success() {
             return Err(Error::Unexpected(format!(
-                "iptables {operation} {chain} in the network namespace of pid {pid}: {}",
+                "iptables {operation} {chain} in network namespace {namespace}: {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
@@ -644,9 +648,14 @@ impl Soak<'_> {
         let Ok(pid) = self.node.container_pid(&container_id) else {
             return Ok(None);
         };
-        firewall(pid, &self.api_server, "-I")?;
+        let namespace = File::open(format!("/proc/{pid}/ns/net")).map_err(|source| Error::Io {
+            context: format!("opening the network namespace of pid {pid}"),
+            source,
+        })?;
+        firewall(&namespace, &self.api_server, "-I")?;
         let cut = Cut {
             pid,
+            namespace: Arc::new(namespace),
             heal_at: Instant::now() + Duration::from_secs(secs),
             instance: (
                 pod.metadata.uid.clone().unwrap_or_default(),
@@ -677,18 +686,18 @@ impl Soak<'_> {
         });
     }
 
-    /// Heals the cuts that are due (all of them with `all`). A process that has gone meanwhile
-    /// (killed, its Pod deleted) took its network namespace with it: nothing to heal.
+    /// Heals the cuts that are due (all of them with `all`), in the network namespace each was
+    /// made in: a process killed meanwhile leaves it to the container the kubelet restarts, which
+    /// must not stay cut off (a deleted Pod's namespace lives on only through the handle: healing
+    /// it is harmless).
     fn heal_cuts(&mut self, all: bool) {
         let now = Instant::now();
         self.cuts.retain(|cut| {
             if !all && cut.heal_at > now {
                 return true;
             }
-            if let Err(error) = firewall(cut.pid, &self.api_server, "-D")
-                && !process_gone(cut.pid)
-            {
-                eprintln!("node soak: healing pid {}: {error}", cut.pid);
+            if let Err(error) = firewall(&cut.namespace, &self.api_server, "-D") {
+                eprintln!("node soak: healing the cut of pid {}: {error}", cut.pid);
             }
             false
         });
