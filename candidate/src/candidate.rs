@@ -97,7 +97,8 @@ impl Candidate {
     /// disappears, and deletes it when `shutdown` is cancelled.
     ///
     /// Returns an error only for problems retrying cannot fix (an existing object for another
-    /// Lease, or an object the server rejects as invalid); transient API errors are retried.
+    /// Lease, or an object the server rejects as invalid); transient API errors are retried, and a
+    /// failed delete on shutdown is logged, not returned (a process asked to stop exits cleanly).
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let selector = format!("metadata.name={}", self.lease.identity);
         let mut events = watcher(
@@ -153,7 +154,13 @@ impl Candidate {
             }
         }
         self.registered.send_replace(false);
-        self.delete(uid).await
+        // Leaving, nothing is fatal any more: a delete that fails (the API server unreachable, the
+        // connection dropped) leaves the object to go stale, and the election controller collects
+        // it, as when the delete takes too long.
+        if let Err(error) = self.delete(uid).await {
+            tracing::warn!(candidate = %self.object_key(), %error, "deleting the LeaseCandidate failed; the controller will collect it");
+        }
+        Ok(())
     }
 
     /// Creates the object, or updates it to this configuration with `renewTime = now`.
