@@ -119,14 +119,9 @@ for line in sys.stdin:
         directory = os.path.dirname(message["manifest_path"])
         print(package, directory, message["executable"], sep="\t")
 ' >"$binaries_list"
-# The binaries of package $1, one per line (--except: of every package but those named).
+# The binaries of package $1, one per line.
 test_binaries() {
-  if [ "$1" = --except ]; then
-    shift
-    awk -F'\t' -v skip=" $* " 'index(skip, " " $1 " ") == 0 { print $3 }' "$binaries_list"
-  else
-    awk -F'\t' -v package="$1" '$1 == package { print $3 }' "$binaries_list"
-  fi
+  awk -F'\t' -v package="$1" '$1 == package { print $3 }' "$binaries_list"
 }
 # The directory of package $1's binaries (its manifest's).
 package_dir() {
@@ -209,20 +204,15 @@ deploy_pid=$!
 longest_first="controller_real controller_emulator demo_status differential_random soak split_brain_processes prometheus"
 section "tests: workspace tests (all but tests/deploy, tests/support and tests/model; three at a time)"
 lanes_status=0
-{
-  mapfile -t workspace_tests < <(test_binaries --except conclave-deploy-tests conclave-testkit conclave-model)
-  for name in $longest_first; do
-    for test in "${workspace_tests[@]}"; do
-      if [[ $(basename "$test") == "$name"-* ]]; then echo "$test"; fi
-    done
-  done
-  for test in "${workspace_tests[@]}"; do
-    if [[ " $longest_first " != *" $(basename "$test" | sed 's/-[0-9a-f]*$//') "* ]]; then echo "$test"; fi
-  done
-} | while read -r test; do
-  # The package directory of each binary, from the list.
-  awk -F'\t' -v test="$test" '$3 == test { print $2; print $3 }' "$binaries_list"
-done | xargs -r -d '\n' -n 2 -P 3 bash -c 'run_test_binary "test binary:" "$1" "$2"' - || lanes_status=$?
+# One pass over the list: each binary of every package but those three, ranked by its name's place
+# in $longest_first (the others after, in the build's order), as a directory line and a binary line.
+awk -F'\t' -v skip=" conclave-deploy-tests conclave-testkit conclave-model " -v longest="$longest_first" '
+  BEGIN { count = split(longest, names, " "); for (i = 1; i <= count; i++) rank[names[i]] = i }
+  index(skip, " " $1 " ") == 0 {
+    name = $3; sub(/.*\//, "", name); sub(/-[0-9a-f]+$/, "", name)
+    printf "%d\t%d\t%s\t%s\n", (name in rank) ? rank[name] : count + 1, NR, $2, $3
+  }' "$binaries_list" | sort -t$'\t' -k1,1n -k2,2n | awk -F'\t' '{ print $3; print $4 }' |
+  xargs -r -d '\n' -n 2 -P 3 bash -c 'run_test_binary "test binary:" "$1" "$2"' - || lanes_status=$?
 if [ "$lanes_status" -ne 0 ]; then
   status=$lanes_status
 fi
