@@ -431,6 +431,20 @@ fn election_log(kubeconfig: &Path) -> Observer<Vec<ElectionLook>> {
     .expect("starting the election log")
 }
 
+/// Waits until `election` has answered a look, so a drill started after this is seen from its
+/// start (an observer's looks time out under load, and are then left out).
+async fn first_answered_look(election: &Observer<Vec<ElectionLook>>) {
+    let deadline = Instant::now() + ELECTION_TIMEOUT;
+    while election.state().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the election log answered none of its {} looks in {ELECTION_TIMEOUT:?}",
+            election.looks()
+        );
+        tokio::time::sleep(DRILL_POLL).await;
+    }
+}
+
 /// Every change of holder in `looks`: (from, to, the time between the last look at the old
 /// holder and the first at the new, whether the new holder was seen before the old one's Lease
 /// could have expired).
@@ -1104,6 +1118,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     // A rolling upgrade by emulation version (maxUnavailable 0): the oldest emulation version
     // leads at every step, and each hand-off is a graceful release.
     let election = election_log(plane.kubeconfig_path());
+    first_answered_look(&election).await;
     let components: Api<Deployment> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
     let roll = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
         "name": "component",
@@ -1130,6 +1145,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     .await
     .expect("a leader after the roll");
     let looks = election.state();
+    let asked = election.looks();
     drop(election);
     for look in &looks {
         let Some(holder) = &look.holder else { continue };
@@ -1143,7 +1159,14 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     }
     let handed = hand_offs(&looks);
     eprintln!("drill: rolling the component {OLD_EMULATION} -> {NEW_EMULATION}: {handed:?}");
-    assert!(!handed.is_empty(), "the leader changed during the roll");
+    assert!(
+        !handed.is_empty(),
+        "no change of holder seen during the roll, though every replica was replaced: \
+         {} of {asked} looks answered, holders from {:?} to {:?}",
+        looks.len(),
+        looks.first().map(|look| &look.holder),
+        looks.last().map(|look| &look.holder),
+    );
     assert!(
         handed.iter().all(|(_, _, _, graceful)| *graceful),
         "every hand-off of the roll was a release, not an expiry: {handed:?}"
@@ -1156,6 +1179,7 @@ async fn helm_install_on_a_real_node_runs_one_active_and_one_standby_replica() {
     let component_pods: Api<Pod> = Api::namespaced(client.clone(), COMPONENT_NAMESPACE);
     let (leading_name, leading_id) = leading_container(&component_pods, &new_leader).await;
     let election = election_log(plane.kubeconfig_path());
+    first_answered_look(&election).await;
     let killed_at = Instant::now();
     node.kill_container(&leading_id)
         .expect("killing the leading component");
