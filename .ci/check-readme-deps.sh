@@ -18,8 +18,8 @@ mkdir -p "$crate/src"
   printf '\n[workspace]\n'
 } >"$crate/Cargo.toml"
 cp "$repo/candidate/examples/controller.rs" "$crate/src/main.rs"
-# The workspace's lock file and target directory: the versions it pins and the dependencies it
-# has built are reused, and cargo adds whatever the block needs beyond them.
+# The workspace's lock file and its target directory (or $CARGO_TARGET_DIR): the versions it pins
+# and the dependencies it has built are reused, and cargo adds whatever the block needs beyond them.
 cp "$repo/Cargo.lock" "$crate/Cargo.lock"
-CARGO_TARGET_DIR="$repo/target" cargo build --manifest-path "$crate/Cargo.toml"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" cargo build --manifest-path "$crate/Cargo.toml"
 echo "check-readme-deps: candidate/examples/controller.rs builds from candidate/README.md's block"

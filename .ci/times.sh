@@ -6,6 +6,8 @@ if [ -z "${CI_TIMES:-}" ]; then
   CI_TIMES=$(mktemp)
   CI_TIMES_OWNER=$$
   export CI_TIMES
+  # A run that fails shows where its time went too.
+  trap print_times EXIT
 fi
 
 # Ends the running section of this script, recording its seconds.
@@ -34,10 +36,11 @@ timed() {
   return "$status"
 }
 
-# Prints the table, longest first, if this script created $CI_TIMES.
+# Prints the table, longest first, if this script created $CI_TIMES (once: the EXIT trap finds it
+# gone after an explicit call).
 print_times() {
   section_end
-  if [ "${CI_TIMES_OWNER:-}" = "$$" ]; then
+  if [ "${CI_TIMES_OWNER:-}" = "$$" ] && [ -f "$CI_TIMES" ]; then
     echo "== where the time went (seconds; the lanes marked background and beside ran beside the tests)"
     sort -t$'\t' -k1,1nr "$CI_TIMES" | awk -F'\t' '{ printf "%6d  %s\n", $1, $2 }'
     rm -f "$CI_TIMES"
