@@ -7,9 +7,9 @@
 
 use super::index::{self, CandidateIndex, Pings};
 use super::key::{CandidateKey, LeaseKey};
-use super::lock;
 use super::own_writes::{OwnWrites, WriteTicket};
 use super::queue::WorkQueue;
+use super::sync::lock;
 use super::wire::Cached;
 use conclave_core::lease::{LeaseRecord, SitOut};
 use conclave_core::time::Timestamp;

@@ -18,10 +18,11 @@
 //!   the candidate; a renewal answering a recorded ping counts an ack ([`Pings::observe`]);
 //! - a candidate with a ping outstanding enqueues nothing: its ack will.
 
+use super::clock::instant_at;
 use super::key::{CandidateKey, LeaseKey};
-use super::lock;
 use super::own_writes::OwnWrites;
 use super::queue::WorkQueue;
+use super::sync::lock;
 use super::wire::Cached;
 use conclave_core::k8s::{now, timestamp};
 use conclave_core::lease::{LeaseRecord, SitOut};
@@ -65,7 +66,7 @@ pub async fn leases<S>(
                     match watched {
                         Watched::Elect => queue.add(key),
                         Watched::Renewal { recheck_at } => {
-                            queue.renewed(key, recheck_at.map(super::instant_at));
+                            queue.renewed(key, recheck_at.map(instant_at));
                         }
                     }
                 }

@@ -6,6 +6,7 @@
 //! never be picked up by a later, unrelated election.
 
 use super::key::LeaseKey;
+use super::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -42,7 +43,7 @@ impl ElectionStarts {
         triggered_at: Instant,
         progress: &Progress,
     ) -> Option<Duration> {
-        let mut starts = super::lock(&self.0);
+        let mut starts = lock(&self.0);
         match progress {
             Progress::Written { at, .. } => {
                 let started = starts.remove(key).unwrap_or(triggered_at);
@@ -61,12 +62,12 @@ impl ElectionStarts {
 
     /// Whether an election of `key` is in progress (its last reconcile left it going on).
     pub fn in_progress(&self, key: &LeaseKey) -> bool {
-        super::lock(&self.0).contains_key(key)
+        lock(&self.0).contains_key(key)
     }
 
     /// Forgets every start (a new term: elections of an earlier term are not this one's).
     pub fn reset(&self) {
-        super::lock(&self.0).clear();
+        lock(&self.0).clear();
     }
 }
 

@@ -14,7 +14,7 @@
 //!   that came while renewals were already failing let writes go on for the whole grace, past the
 //!   renew deadline and up to where the standby may take over (issue 47, finding 6).
 
-use super::lock;
+use super::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -1,7 +1,7 @@
 //! The controller's Prometheus metrics (`/metrics`) and their label values, each an enum with a
 //! `label()` so a value is named once and a typo cannot make a new series.
 
-use crate::DecideErrorKind;
+use crate::decide::DecideErrorKind;
 use conclave_core::plan::WriteKind;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;

@@ -23,7 +23,7 @@
 //! may be the same version or a newer change, and the cache is then at least as new.
 
 use super::key::LeaseKey;
-use super::lock;
+use super::sync::lock;
 use k8s_openapi::api::coordination::v1::Lease;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};

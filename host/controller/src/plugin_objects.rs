@@ -19,7 +19,7 @@
 //! so a ConfigMap volume or an image volume updated in place reaches the controller without a
 //! rollout.
 
-use crate::Context;
+use crate::context::Context;
 use crate::events::Events;
 use crate::leadership::Leadership;
 use conclave_api::{

@@ -67,10 +67,10 @@
 //! Pods to the controller (RBAC without `list`/`watch` on pods, a server without core/v1 Pods),
 //! one warning is logged and failover waits for expiry, as with `--pod-liveness=off`.
 
-use super::LeaseKey;
 use super::cache::Caches;
-use super::key::CandidateKey;
+use super::key::{CandidateKey, LeaseKey};
 use super::queue::WorkQueue;
+use super::sync::lock;
 use conclave_core::k8s::{candidate_view, pod_report, process_record, timestamp};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::pod::{
@@ -115,14 +115,14 @@ impl Tombstones {
             return;
         };
         let now = std::time::Instant::now();
-        let mut tombstones = super::lock(&self.0);
+        let mut tombstones = lock(&self.0);
         tombstones.retain(|_, (_, at)| now.duration_since(*at) < TOMBSTONE_TTL);
         tombstones.insert(uid, (Arc::new(pod), now));
     }
 
     /// The deleted Pod of `uid`, if its deletion was watched within [`TOMBSTONE_TTL`].
     fn get(&self, uid: &str) -> Option<Arc<Pod>> {
-        super::lock(&self.0)
+        lock(&self.0)
             .get(uid)
             .filter(|(_, at)| at.elapsed() < TOMBSTONE_TTL)
             .map(|(pod, _)| pod.clone())
@@ -490,7 +490,7 @@ impl Reports {
             dead_since,
         } = renewal;
         let view = candidate_view(candidate);
-        let mut reports = super::lock(&self.0);
+        let mut reports = lock(&self.0);
         // The first report about this holder stands (a later one, say its Pod deleted after its
         // container terminated, does not restart the grace).
         let reported = reports.get(key).filter(|r| r.holder == holder);
@@ -559,12 +559,12 @@ impl Reports {
     }
 
     fn forget(&self, key: &LeaseKey) {
-        super::lock(&self.0).remove(key);
+        lock(&self.0).remove(key);
     }
 
     /// Records that the holder of `key` was declared dead (its Event published).
     fn declared(&self, key: &LeaseKey) {
-        if let Some(r) = super::lock(&self.0).get_mut(key) {
+        if let Some(r) = lock(&self.0).get_mut(key) {
             r.declared = true;
         }
     }
@@ -1009,7 +1009,7 @@ mod tests {
         );
         assert!(tombstones.get("u2").is_none());
         assert_eq!(
-            super::super::lock(&tombstones.0).len(),
+            lock(&tombstones.0).len(),
             1,
             "a Pod without UID is not kept"
         );

@@ -13,6 +13,7 @@
 //! handle within an ack window.
 
 use super::key::LeaseKey;
+use super::sync::lock;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -124,7 +125,7 @@ pub struct Item {
 
 impl WorkQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        super::lock(&self.state)
+        lock(&self.state)
     }
 
     /// Adds `key` for immediate processing.

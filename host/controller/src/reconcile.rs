@@ -2,7 +2,7 @@
 //! read the caches, [`plan_step`], ask the strategy, [`Election::apply_answer`], then ping or
 //! write, and report (metrics, Events, logs).
 
-use super::Context;
+use super::context::Context;
 use super::events::EventReason;
 use super::key::{CandidateKey, LeaseKey};
 use super::latency::Progress;

@@ -17,7 +17,8 @@
 //! [`render_wide`] with more columns, and [`document`] as a [`StatusList`], the stable shape of
 //! `-o json` and `-o yaml`.
 
-use crate::Decide;
+use crate::config::ControllerConfig;
+use crate::decide::Decide;
 use conclave_core::k8s::{candidate_view, lease_record, validate_lease_candidate};
 use conclave_core::lease::LeaseRecord;
 use conclave_core::plan::{Liveness, Mode, candidate_expired, candidate_expires_at, liveness};
@@ -251,7 +252,7 @@ pub struct PredictOptions {
 
 impl Default for PredictOptions {
     fn default() -> Self {
-        let config = crate::ControllerConfig::default();
+        let config = ControllerConfig::default();
         Self {
             ack_window: config.ack_window,
             candidate_gc_after: config.candidate_gc_after,
@@ -266,7 +267,7 @@ impl PredictOptions {
         StepConfig {
             ack_window: self.ack_window,
             candidate_gc_after: self.candidate_gc_after,
-            lease_duration_seconds: crate::ControllerConfig::default().lease_duration_seconds,
+            lease_duration_seconds: ControllerConfig::default().lease_duration_seconds,
             mode: self.mode,
             settle: conclave_core::step::Settle::DEFAULT,
         }

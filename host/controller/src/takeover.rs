@@ -43,10 +43,11 @@
 //! While this replica holds the Lease no kube-apiserver runs the built-in LeaseCandidate garbage
 //! collector either: Conclave's own (`--candidate-gc-after`) covers every candidate it elects for.
 
-use super::{BUILTIN_LEASE, lock};
 use crate::events::{EventReason, Events};
 use crate::key::LeaseKey;
 use crate::leadership::Leadership;
+use crate::own_leases::BUILTIN_LEASE;
+use crate::sync::lock;
 use conclave_core::k8s::{lease_record, micro_time, now};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::ObjectMeta;

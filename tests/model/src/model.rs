@@ -679,7 +679,7 @@ impl Election {
     // The controller replicas' own election.
 
     /// `leadership.rs` `Leadership::is_leading`, the gate of every write (`writer.rs` `send`) and
-    /// what runs the workers that step (`lib.rs` `lead`): replica `r`'s term runs, that is, it
+    /// what runs the workers that step (`run.rs` `lead`): replica `r`'s term runs, that is, it
     /// holds the controller's own Lease and its renew deadline has not passed. The lone replica
     /// of a run with one always leads.
     #[must_use]
@@ -754,7 +754,7 @@ impl Election {
         };
     }
 
-    /// `elector.rs` `follow` in classic mode (`Elector::classic`, as `lib.rs` `run` contends for
+    /// `elector.rs` `follow` in classic mode (`Elector::classic`, as `run.rs` `run` contends for
     /// the controller's Lease once its caches have synced): missing, the Lease is created; naming
     /// this replica and fresh, renewed; held by another and fresh by this replica's own
     /// observation (seen unchanged for less than `lease_duration`), left alone; otherwise taken.

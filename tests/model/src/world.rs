@@ -259,7 +259,7 @@ pub struct OwnLease {
 }
 
 /// Where a controller replica's process stands in the election of the controller's own Lease
-/// (`conclave-candidate`'s classic elector, run by `lib.rs` `run`).
+/// (`conclave-candidate`'s classic elector, run by `run.rs` `run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReplicaPhase {
     /// Crashed: no watch, no write.
