@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Crash failover as a new user would see it (docs/benchmarks.md, "Crash failover with the
-controller's defaults"). Usage: crash_failover.py CONCLAVE_BINARY [LEASE_SECONDS [ROUNDS]].
+"""Crash failover as a new user would see it (docs/benchmarks.md, "The controller, against
+kube-apiserver's built-in controller", run (a)). Usage: crash_failover.py CONCLAVE_BINARY [LEASE_SECONDS [ROUNDS]].
 
 Crash failover as a new user would see it: a bare `conclave run --mode all` on a fresh
 `conclave emulator`, three `conclave candidate --lease-duration D --renew-deadline R
