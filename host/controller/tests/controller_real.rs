@@ -435,6 +435,124 @@ async fn the_take_over_makes_the_builtin_controller_a_follower_and_hands_back_wh
     );
 }
 
+/// Issue 48: kube-apiserver restarted (as the upgrade of a control-plane node restarts it) while
+/// Conclave, with the product's timers, holds the built-in controller's Lease. The restarted
+/// kube-apiserver is a new instance in that Lease's election and must stay a follower: every
+/// write of the Lease names a Conclave replica (a client-go elector cannot lead without writing
+/// its own identity there) and its controller never reports leading, for longer than the Lease's
+/// duration after it serves again; Conclave elects on it again: a better candidate pre-empts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kube_apiserver_restart_during_the_take_over_leaves_conclave_the_one_electing() {
+    let Some(cp) = ControlPlane::start().await.expect("control plane") else {
+        return;
+    };
+    wait_builtin_leading(&cp)
+        .await
+        .expect("the built-in election controller leads");
+    let client = cp.client().await.unwrap();
+    let ns = cp.namespace("take-over-restart").await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let builtin: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let metrics_addr = controller_support::free_addr();
+    let mut cfg = auto_mode_config(&ns, "replica-1", true, metrics_addr);
+    let product = ControllerConfig::default();
+    cfg.own_lease_duration = product.own_lease_duration;
+    cfg.own_renew_deadline = product.own_renew_deadline;
+    cfg.own_retry_period = product.own_retry_period;
+    let hold = product.own_lease_duration * conclave_controller::takeover::HOLD_DURATIONS;
+    let _a = candidate_in(&client, &ns, "a", "cp", "1.37.0", "1.36.0", OEV).await;
+    let _holder_a = CoordinatedHolder::start(leases.clone(), "cp", "a");
+    wait_lease(&leases, "cp", "a elected by the built-in controller", |r| {
+        r.holder() == Some("a")
+    })
+    .await;
+    let conclave = start(client.clone(), cfg);
+    let taken_over = || async {
+        let body = controller_support::scrape(metrics_addr).await;
+        Ok(
+            (controller_support::metric_sum(&body, "conclave_builtin_taken_over ") == 1.0)
+                .then_some(()),
+        )
+    };
+    conclave_testkit::wait_for(
+        "Conclave to elect the built-in's Leases",
+        Duration::from_secs(180),
+        taken_over,
+    )
+    .await
+    .expect("the take-over completes");
+
+    // Every write of the built-in controller's Lease from here on.
+    let builtin_writes = LeaseWrites::start(builtin.clone()).await;
+    let down = cp
+        .restart_apiserver()
+        .await
+        .expect("restarting kube-apiserver");
+    let serving = tokio::time::Instant::now();
+    // Conclave elects on the restarted kube-apiserver: b, better, pre-empts a.
+    let _b = candidate_in(&client, &ns, "b", "cp", "1.37.0", "1.35.0", OEV).await;
+    let _holder_b = CoordinatedHolder::start(leases.clone(), "cp", "b");
+    wait_lease(&leases, "cp", "b elected after the restart", |r| {
+        r.holder() == Some("b")
+    })
+    .await;
+    let elected_after = serving.elapsed();
+    conclave_testkit::wait_for(
+        "Conclave to elect the built-in's Leases again",
+        Duration::from_secs(180),
+        taken_over,
+    )
+    .await
+    .expect("the take-over holds after the restart");
+    assert!(
+        leases
+            .get("cp")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(conclave_core::lease::ELECTED_BY_ANNOTATION),
+        "Conclave wrote the election (the built-in controller writes no such annotation)"
+    );
+    // The restarted apiserver's elector may take the Lease once it has seen it unrenewed for the
+    // Lease's whole duration: look for longer than that, and two of its retry periods, after it
+    // served again.
+    let look_until = serving + hold + Duration::from_secs(10);
+    while tokio::time::Instant::now() < look_until {
+        assert!(
+            !cp.builtin_controller_leading().await.unwrap(),
+            "the restarted kube-apiserver's built-in controller leads beside Conclave"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let writes = builtin_writes.of(conclave_controller::BUILTIN_LEASE.1);
+    let foreign: Vec<&LeaseWrite> = writes
+        .iter()
+        .filter(|w| {
+            !w.record
+                .holder()
+                .is_some_and(conclave_controller::takeover::is_conclave)
+        })
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "the built-in controller's Lease was written for another holder: {foreign:#?}"
+    );
+    assert!(
+        !writes.is_empty(),
+        "Conclave renewed the built-in controller's Lease after the restart"
+    );
+    eprintln!(
+        "take-over across a kube-apiserver restart: the apiserver served nothing for {down:?}; \
+         b elected {elected_after:?} after it served again; {} writes of the built-in's Lease, \
+         all Conclave's",
+        writes.len()
+    );
+    conclave.stop().await;
+    cp.check_running().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn auto_mode_lives_beside_the_active_builtin_controller() {
     let Some(cp) = ControlPlane::start().await.expect("control plane") else {
