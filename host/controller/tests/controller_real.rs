@@ -318,6 +318,23 @@ fn auto_mode_config(
     cfg
 }
 
+/// Waits up to `timeout` (the wait named `what`) until the controller serving `/metrics` on
+/// `metrics_addr` elects the built-in controller's Leases (`conclave_builtin_taken_over` 1).
+async fn wait_taken_over(
+    metrics_addr: std::net::SocketAddr,
+    what: &str,
+    timeout: Duration,
+) -> Result<(), conclave_testkit::Error> {
+    conclave_testkit::wait_for(what, timeout, || async {
+        let body = controller_support::scrape(metrics_addr).await;
+        Ok(
+            (controller_support::metric_sum(&body, "conclave_builtin_taken_over ") == 1.0)
+                .then_some(()),
+        )
+    })
+    .await
+}
+
 /// Conclave's Lease writes (create and update, any result) in a `/metrics` body.
 fn conclave_lease_writes(metrics: &str) -> f64 {
     controller_support::metric_sum(
@@ -377,16 +394,10 @@ async fn the_take_over_makes_the_builtin_controller_a_follower_and_hands_back_wh
     .await
     .expect("the apiserver's controller stops");
     let builtin_stopped = started.elapsed();
-    conclave_testkit::wait_for(
+    wait_taken_over(
+        metrics_addr,
         "Conclave to elect the built-in's Leases",
         Duration::from_secs(120),
-        || async {
-            let body = controller_support::scrape(metrics_addr).await;
-            Ok(
-                (controller_support::metric_sum(&body, "conclave_builtin_taken_over ") == 1.0)
-                    .then_some(()),
-            )
-        },
     )
     .await
     .expect("the take-over completes");
@@ -467,17 +478,10 @@ async fn a_kube_apiserver_restart_during_the_take_over_leaves_conclave_the_one_e
     })
     .await;
     let conclave = start(client.clone(), cfg);
-    let taken_over = || async {
-        let body = controller_support::scrape(metrics_addr).await;
-        Ok(
-            (controller_support::metric_sum(&body, "conclave_builtin_taken_over ") == 1.0)
-                .then_some(()),
-        )
-    };
-    conclave_testkit::wait_for(
+    wait_taken_over(
+        metrics_addr,
         "Conclave to elect the built-in's Leases",
         Duration::from_secs(180),
-        taken_over,
     )
     .await
     .expect("the take-over completes");
@@ -497,10 +501,10 @@ async fn a_kube_apiserver_restart_during_the_take_over_leaves_conclave_the_one_e
     })
     .await;
     let elected_after = serving.elapsed();
-    conclave_testkit::wait_for(
+    wait_taken_over(
+        metrics_addr,
         "Conclave to elect the built-in's Leases again",
         Duration::from_secs(180),
-        taken_over,
     )
     .await
     .expect("the take-over holds after the restart");
